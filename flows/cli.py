@@ -1,0 +1,283 @@
+"""The ``carryon`` command line.
+
+Every command validates its input first and exits non-zero with a one-line error that names
+the cause (file, field, variable or URL); tracebacks are for bugs, not for user mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+# Before Prefect is imported anywhere: this machine has no internet, so no telemetry.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import typer  # noqa: E402
+
+from tasks.config import ConfigError, load_config  # noqa: E402
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="CarryOnBench: utility recovery under benign intent clarification.")
+cache_app = typer.Typer(no_args_is_help=True, help="Inspect and trim the LLM response cache.")
+local_app = typer.Typer(no_args_is_help=True, help="The offline local model server (llama.cpp).")
+app.add_typer(cache_app, name="cache")
+app.add_typer(local_app, name="local-model")
+
+ConfigOpt = typer.Option(..., "--config", "-c", help="The run's YAML config file.")
+
+
+def _fail(msg: str, code: int = 2):
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _home(config: Optional[str]) -> Path:
+    if config:
+        return load_config(config).home_path
+    return Path(os.environ.get("CARRYON_HOME") or ".carryon")
+
+
+def _print_table(rows: list[dict], max_width: int = 60) -> None:
+    if not rows:
+        typer.echo("(no rows)")
+        return
+    cols = list(rows[0])
+
+    def cell(v):
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        s = "NULL" if v is None else str(v).replace("\n", " ")
+        return s if len(s) <= max_width else s[: max_width - 1] + "…"
+
+    cells = [[cell(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    typer.echo("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    typer.echo("  ".join("-" * w for w in widths))
+    for row in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+
+
+@app.command()
+def run(config: str = ConfigOpt,
+        stages: str = typer.Option("all", help="Comma-separated: checklists,simulate,judge,report."),
+        limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
+        shard_index: int = typer.Option(0, help="This worker's shard (0-based)."),
+        shard_count: int = typer.Option(1, help="How many shards split the queries.")):
+    """Run the benchmark (all stages, or --stages) through the Prefect flow."""
+    import asyncio
+
+    from tasks.run import StageNotBuilt, parse_stages, preflight
+    from warehouse import WarehouseError
+
+    try:  # validate before Prefect starts (its server costs seconds)
+        cfg = load_config(config)
+        preflight(cfg, parse_stages(stages))
+    except ConfigError as e:
+        _fail(str(e))
+    from flows.carryon import carryon
+
+    try:
+        summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
+                                      shard_index=shard_index, shard_count=shard_count))
+    except (ConfigError, StageNotBuilt, WarehouseError) as e:
+        _fail(str(e))
+    _print_summary(summary)
+    if summary.get("failures"):
+        typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
+
+
+def _print_summary(summary: dict) -> None:
+    typer.echo(f"run {summary['run_id']}: {summary['requests']} requests to model servers, "
+               f"{summary['cache_hits']} cache hits")
+    for stage, info in summary["stages"].items():
+        typer.echo(f"  {stage}: {json.dumps(info, default=str) if not isinstance(info, str) else info}")
+    home = Path(summary["home"])
+    typer.echo(f"warehouse: {home / 'warehouse.duckdb'}  (query it: carryon sql \"SELECT ...\")")
+
+
+@app.command()
+def plan(config: str = ConfigOpt,
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+    """Before spending anything: calls per role, tokens and a cost estimate."""
+    from tasks.plan import make_plan
+
+    try:
+        rows, notes = make_plan(load_config(config), limit)
+    except ConfigError as e:
+        _fail(str(e))
+    _print_table(rows)
+    for n in notes:
+        typer.echo(n)
+
+
+@app.command()
+def sql(query: str = typer.Argument(..., help="SQL to run on the warehouse (DuckDB dialect)."),
+        config: Optional[str] = typer.Option(None, "--config", "-c"),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object per row.")):
+    """Run SQL on the warehouse and print a table."""
+    import duckdb
+
+    from warehouse import Warehouse
+
+    try:
+        path = _home(config) / "warehouse.duckdb"
+    except ConfigError as e:
+        _fail(str(e))
+    if not path.exists():
+        _fail(f"{path}: no warehouse yet (run `carryon run` first)")
+    try:
+        rows = Warehouse(path).query(query)
+    except duckdb.Error as e:
+        _fail(f"SQL error: {str(e).splitlines()[0]}")
+    if json_out:
+        for r in rows:
+            typer.echo(json.dumps(r, default=str))
+    else:
+        _print_table(rows)
+
+
+def _cache(config: Optional[str]):
+    from tasks.gateway.cache import ResponseCache
+
+    try:
+        return ResponseCache(_home(config) / "cache")
+    except ConfigError as e:
+        _fail(str(e))
+
+
+@cache_app.command("stats")
+def cache_stats(config: Optional[str] = typer.Option(None, "--config", "-c"),
+                role: Optional[str] = None, model: Optional[str] = None):
+    """Entries per role and model, and the cache's size on disk."""
+    st = _cache(config).stats()
+    rows = [{"role": r, "model": m, "entries": n} for (r, m), n in sorted(st["by_role_model"].items(), key=str)
+            if (role is None or r == role) and (model is None or m == model)]
+    _print_table(rows)
+    typer.echo(f"total entries: {st['entries']}, {st['volume_bytes'] / 1e6:.1f} MB on disk")
+
+
+@cache_app.command("prune")
+def cache_prune(config: Optional[str] = typer.Option(None, "--config", "-c"),
+                role: Optional[str] = None, model: Optional[str] = None):
+    """Drop entries no run in the warehouse used (optionally only of one role/model)."""
+    from warehouse import Warehouse
+
+    cache = _cache(config)
+    path = _home(config) / "warehouse.duckdb"
+    used = {r["call_hash"] for r in Warehouse(path).query("SELECT DISTINCT call_hash FROM llm_calls")} \
+        if path.exists() else set()
+    n = cache.delete_where(role, model, keep=used)
+    typer.echo(f"pruned {n} entries not referenced by any recorded run")
+
+
+@cache_app.command("clear")
+def cache_clear(config: Optional[str] = typer.Option(None, "--config", "-c"),
+                role: Optional[str] = None, model: Optional[str] = None):
+    """Drop every entry (or every entry of one role/model)."""
+    n = _cache(config).delete_where(role, model)
+    typer.echo(f"cleared {n} entries")
+
+
+@app.command()
+def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json"),
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+    """Print the selected queries (id, category, query, a one-line context) and the count."""
+    from tasks.data import DataError, select_queries
+
+    try:
+        queries = select_queries(load_config(config), limit=limit)
+    except (ConfigError, DataError) as e:
+        _fail(str(e))
+    if json_out:
+        for q in queries:
+            typer.echo(json.dumps(q.as_dict()))
+        return
+    _print_table([{"id": q.query_id, "category": q.category, "query": q.query,
+                   "context": q.context_line()} for q in queries])
+    typer.echo(f"{len(queries)} queries selected")
+
+
+@app.command("flows")
+def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per number of moves."),
+              sample: bool = typer.Option(False, "--sample", help="Print sampled flows as JSON lines."),
+              queries: int = typer.Option(1, help="With --sample: how many queries."),
+              seed: int = typer.Option(0, help="With --sample: the seed."),
+              config: Optional[str] = typer.Option(None, "--config", "-c",
+                                                   help="With --sample: lengths and counts from this config.")):
+    """Count the valid conversation flows, or sample them as the simulation does."""
+    from tasks.flowgen import count_rows, sample_rows
+
+    if count == sample:
+        _fail("choose one of --count or --sample")
+    if count:
+        _print_table(count_rows())
+        return
+    try:
+        fcfg = load_config(config).flows if config else None
+    except ConfigError as e:
+        _fail(str(e))
+    for row in sample_rows(queries, seed, fcfg):
+        typer.echo(json.dumps(row))
+
+
+@app.command()
+def report(config: str = ConfigOpt,
+           run_id: Optional[str] = typer.Option(None, help="Default: the latest run.")):
+    """Write <home>/reports/<run id>/ with report.md, report.html and the figures."""
+    from tasks.report import ReportError, write_report
+
+    try:
+        out = write_report(load_config(config), run_id)
+    except (ConfigError, ReportError) as e:
+        _fail(str(e))
+    typer.echo(f"report: {out}")
+
+
+@local_app.command("start")
+def local_start(config: Optional[str] = typer.Option(None, "--config", "-c"),
+                port: Optional[int] = None, model_path: Optional[str] = None):
+    """Start the llama.cpp server on loopback and wait until it answers."""
+    from tasks import local_model
+
+    try:
+        info = local_model.start(_home(config), port=port, model_path=model_path)
+    except (RuntimeError, ConfigError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps(info))
+
+
+@local_app.command("stop")
+def local_stop(config: Optional[str] = typer.Option(None, "--config", "-c")):
+    """Stop the server started by `local-model start`."""
+    from tasks import local_model
+
+    typer.echo("stopped" if local_model.stop(_home(config)) else "not running")
+
+
+@local_app.command("status")
+def local_status(config: Optional[str] = typer.Option(None, "--config", "-c")):
+    """Print the running server's record, or exit 1 if none."""
+    from tasks import local_model
+
+    info = local_model.status(_home(config))
+    if info is None:
+        typer.echo("not running")
+        raise typer.Exit(1)
+    typer.echo(json.dumps(info))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The run configuration: one YAML file validated by pydantic.
+
+Errors name the file and the field (``configs/x.yaml: models.targets.0.model: Field required``)
+so a user can fix a typo without reading a traceback. Environment overrides:
+
+- ``CARRYON_HOME``     replaces ``home``;
+- ``CARRYON_API_BASE`` replaces the ``api_base`` of every model entry;
+- ``CARRYON_API_KEY``  supplies the key of every model entry (read at call time, never stored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# The paper's four excluded SORRY-Bench categories (DESIGN §2), as CASE-Bench names them.
+PAPER_EXCLUDED_CATEGORIES = [
+    "child-related crimes",
+    "evasion of law enforcement",
+    "non-sexual explicit content generation",
+    "social stereotype promotion",
+]
+
+
+class ConfigError(Exception):
+    """A configuration problem a user must fix; the message names the file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelEntry(_Strict):
+    """One model as the user writes it; unset fields come from ``models.defaults``."""
+
+    name: str | None = None
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, gt=0)
+    seed: int | None = None
+    stop: list[str] | None = None
+    max_concurrency: int | None = Field(None, gt=0)
+    rpm: float | None = Field(None, gt=0)
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0)
+    # How structured output is asked for: json_schema (OpenAI style), json_object with the
+    # schema attached (llama.cpp, vLLM), or prompt (schema in the prompt, for providers with
+    # neither). The answer is validated against the pydantic model in every case.
+    structured: Literal["json_schema", "json_object", "prompt"] | None = None
+    # Only for the wildguard role: "wildguard" = WildGuard's own text-completion format,
+    # "chat" = any chat model asked the same three questions.
+    mode: Literal["wildguard", "chat"] | None = None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A fully resolved model entry: what the gateway needs for a call."""
+
+    name: str
+    model: str
+    api_base: str | None
+    api_key_env: str | None
+    temperature: float
+    top_p: float | None
+    max_tokens: int
+    seed: int | None
+    stop: tuple[str, ...] | None
+    max_concurrency: int
+    rpm: float | None
+    timeout_s: float
+    max_retries: int
+    structured: str
+    mode: str
+    where: str  # the config path of the entry, for error messages ("models.targets[0]")
+
+    def generation_params(self) -> dict:
+        """Every parameter that determines the output (part of the cache key)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "stop": list(self.stop) if self.stop else None,
+        }
+
+
+class DatasetConfig(_Strict):
+    source: Literal["sample", "casebench", "sorrybench"] = "sample"
+    path: str | None = None
+    limit: int | None = Field(None, gt=0)
+    exclude_categories: list[str] = Field(default_factory=lambda: list(PAPER_EXCLUDED_CATEGORIES))
+    min_safe_rate: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _path_for_files(self):
+        if self.source != "sample" and not self.path:
+            raise ValueError(f"dataset.source {self.source!r} needs dataset.path")
+        return self
+
+
+class FlowsConfig(_Strict):
+    lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12])
+    bc_per_length: int = Field(2, ge=0)
+    nc_per_length: int = Field(1, ge=0)
+    # True (paper): conversations that share a prefix share its sampled calls.
+    # False: every conversation gets its own sample key (independent conversations).
+    share_prefix: bool = True
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        for n in v:
+            if n not in (4, 6, 8, 10, 12):
+                raise ValueError(f"length {n} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+        if len(set(v)) != len(v):
+            raise ValueError("lengths repeat")
+        return v
+
+
+class ChecklistConfig(_Strict):
+    min_harmless: int = Field(3, ge=1)
+
+
+class JudgingConfig(_Strict):
+    safety_sees_history: bool = False
+
+
+class GatewayConfig(_Strict):
+    max_parse_retries: int = Field(2, ge=0)
+    backoff_base_s: float = Field(0.5, gt=0)
+    backoff_max_s: float = Field(30.0, gt=0)
+
+
+class ModelsConfig(_Strict):
+    defaults: ModelEntry = Field(default_factory=ModelEntry)
+    targets: list[ModelEntry] = Field(default_factory=list)
+    user_simulator: ModelEntry | None = None
+    intent_rewriter: ModelEntry | None = None
+    ensemble: list[ModelEntry] = Field(default_factory=list)
+    wildguard: ModelEntry | None = None
+    decomposer: ModelEntry | None = None
+    merger: ModelEntry | None = None
+    misuse_filter: ModelEntry | None = None
+    benutil_judge: ModelEntry | list[ModelEntry] | None = None
+    safety_judge: ModelEntry | list[ModelEntry] | None = None
+
+
+class Config(_Strict):
+    home: str = ".carryon"
+    seed: int = 0
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    flows: FlowsConfig = Field(default_factory=FlowsConfig)
+    checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
+    judging: JudgingConfig = Field(default_factory=JudgingConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    # Filled by load_config, never by the user.
+    source_path: str | None = Field(None, exclude=True)
+
+    # ----- resolved views -------------------------------------------------------------------
+    @property
+    def home_path(self) -> Path:
+        return Path(os.environ.get("CARRYON_HOME") or self.home).expanduser()
+
+    def role_specs(self, role: str) -> list[ModelSpec]:
+        """The resolved models of a role (a list: targets, ensemble and judges may be several)."""
+        value = getattr(self.models, role)
+        if value is None:
+            return []
+        entries = value if isinstance(value, list) else [value]
+        many = isinstance(value, list)
+        return [
+            self._resolve(e, f"models.{role}[{i}]" if many else f"models.{role}", role)
+            for i, e in enumerate(entries)
+        ]
+
+    def role_spec(self, role: str) -> ModelSpec:
+        specs = self.role_specs(role)
+        if not specs:
+            raise ConfigError(f"{self.source_path or 'config'}: models.{role}: not configured")
+        return specs[0]
+
+    def all_specs(self) -> dict[str, list[ModelSpec]]:
+        return {role: self.role_specs(role) for role in ROLES}
+
+    def _resolve(self, entry: ModelEntry, where: str, role: str) -> ModelSpec:
+        d = self.models.defaults
+        merged = {k: getattr(entry, k) if getattr(entry, k) is not None else getattr(d, k)
+                  for k in ModelEntry.model_fields}
+        if not merged["model"]:
+            raise ConfigError(f"{self.source_path or 'config'}: {where}.model: missing")
+        api_base = os.environ.get("CARRYON_API_BASE") or merged["api_base"]
+        return ModelSpec(
+            name=merged["name"] or merged["model"],
+            model=merged["model"],
+            api_base=api_base,
+            api_key_env=merged["api_key_env"],
+            temperature=merged["temperature"] if merged["temperature"] is not None else 0.0,
+            top_p=merged["top_p"],
+            max_tokens=merged["max_tokens"] or 1024,
+            seed=merged["seed"],
+            stop=tuple(merged["stop"]) if merged["stop"] else None,
+            max_concurrency=merged["max_concurrency"] or 16,
+            rpm=merged["rpm"],
+            timeout_s=merged["timeout_s"] or 120.0,
+            max_retries=merged["max_retries"] if merged["max_retries"] is not None else 5,
+            structured=merged["structured"] or "json_schema",
+            mode=merged["mode"] or "chat",
+            where=where,
+        )
+
+    def config_hash(self) -> str:
+        """Hash of what the user configured (never secrets: keys live in the environment)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Every model role, in pipeline order.
+ROLES = [
+    "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
+    "targets", "user_simulator", "benutil_judge", "safety_judge",
+]
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file; raise ConfigError naming the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror or e}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a mapping of keys, not {type(raw).__name__}")
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{more}") from None
+    cfg.source_path = str(path)
+    names = [s.name for s in cfg.role_specs("targets")]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"{path}: models.targets: duplicate target name(s) {sorted(dup)}")
+    for role in ROLES:  # resolve everything now so a missing model string fails early
+        cfg.role_specs(role)
+    return cfg
+
+
+def api_key_for(spec: ModelSpec) -> str | None:
+    """The API key of a model entry, read from the environment at call time.
+
+    CARRYON_API_KEY, when set, is the key of every entry (one switch for one server)."""
+    if os.environ.get("CARRYON_API_KEY"):
+        return os.environ["CARRYON_API_KEY"]
+    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
+
+
+def check_secrets(cfg: Config, roles: list[str]) -> None:
+    """Fail before any work if a named key variable is unset (the message names it)."""
+    for role in roles:
+        for spec in cfg.role_specs(role):
+            if spec.api_key_env and not os.environ.get(spec.api_key_env) and not os.environ.get("CARRYON_API_KEY"):
+                raise ConfigError(
+                    f"{cfg.source_path or 'config'}: {spec.where} ({spec.model}): environment "
+                    f"variable {spec.api_key_env} is not set"
+                )

@@ -1,0 +1,65 @@
+"""The content-hash response cache (diskcache, one SQLite-backed folder).
+
+Each entry is ``{"content", "prompt_tokens", "completion_tokens", "cost_usd", "role", "model"}``
+tagged with the role, so ``carryon cache`` can count and drop by role or model. Only valid,
+non-empty answers are ever stored (the gateway decides). A corrupt entry reads as a miss.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import diskcache
+
+log = logging.getLogger("carryon.cache")
+
+
+class ResponseCache:
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        # eviction_policy none: a benchmark cache must never drop answers on its own.
+        self._c = diskcache.Cache(str(directory), eviction_policy="none", size_limit=2**62,
+                                  tag_index=True)
+
+    def get(self, key: str) -> dict | None:
+        try:
+            value = self._c.get(key, default=None, retry=True)
+        except Exception as e:  # unreadable pickle, truncated file: a miss, not a crash
+            log.warning("cache entry %s unreadable (%s); treating it as a miss", key[:12], e)
+            return None
+        if value is not None and not (isinstance(value, dict) and isinstance(value.get("content"), str)):
+            log.warning("cache entry %s malformed; treating it as a miss", key[:12])
+            return None
+        return value
+
+    def set(self, key: str, value: dict, role: str) -> None:
+        self._c.set(key, value, tag=role, retry=True)
+
+    def entries(self):
+        """(key, value) of every readable entry."""
+        for key in self._c.iterkeys():
+            value = self.get(key)
+            if value is not None:
+                yield key, value
+
+    def stats(self) -> dict:
+        by = Counter()
+        for _, v in self.entries():
+            by[(v.get("role"), v.get("model"))] += 1
+        return {"entries": sum(by.values()), "volume_bytes": self._c.volume(), "by_role_model": by}
+
+    def delete_where(self, role: str | None = None, model: str | None = None,
+                     keep: set[str] | None = None) -> int:
+        """Delete entries matching role/model (both optional); ``keep`` spares those keys."""
+        doomed = [k for k, v in self.entries()
+                  if (role is None or v.get("role") == role)
+                  and (model is None or v.get("model") == model)
+                  and (keep is None or k not in keep)]
+        for k in doomed:
+            self._c.delete(k, retry=True)
+        return len(doomed)
+
+    def close(self) -> None:
+        self._c.close()

@@ -1,0 +1,347 @@
+"""The one LLM gateway: every model call of CarryOnBench goes through ``Gateway``.
+
+It owns litellm (no other module imports it), the content-hash cache, per-model concurrency
+and rpm limits, retries with backoff, structured output and its validation, and a provenance
+record per call. Model failures never raise: they come back as a ``CallResult`` with
+``error`` set, so a stage can record them as data. Configuration mistakes do raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from tasks.config import GatewayConfig, ModelSpec, api_key_for
+from tasks.gateway.cache import ResponseCache
+from tasks.gateway.keys import cache_key
+from tasks.gateway.limits import ModelLimits
+
+log = logging.getLogger("carryon.gateway")
+
+_LITELLM = None
+
+
+def _litellm():
+    """Import litellm on first real request: it costs seconds, and a fully cached run
+    never needs it."""
+    global _LITELLM
+    if _LITELLM is None:
+        # The price map is otherwise fetched over the network at import.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_LOG", "ERROR")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        litellm.telemetry = False
+        litellm.drop_params = False  # never silently drop seed or response_format
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+        _LITELLM = litellm
+    return _LITELLM
+
+
+@dataclass
+class CallResult:
+    call_hash: str
+    content: str | None = None
+    parsed: BaseModel | None = None
+    error: str | None = None
+    # None on success; else one of: context_exceeded, invalid_output, empty_output,
+    # api_error (not retryable), retries_exhausted.
+    error_kind: str | None = None
+    cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class _Stats:
+    requests: int = 0
+    hits: int = 0
+    failures: int = 0
+    retries: int = 0
+
+
+def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | None:
+    schema = schema_cls.model_json_schema()
+    if structured == "json_schema":
+        return {"type": "json_schema",
+                "json_schema": {"name": schema_cls.__name__, "schema": schema}}
+    if structured == "json_object":
+        # llama.cpp and vLLM accept the schema beside json_object and constrain decoding to it.
+        return {"type": "json_object", "schema": schema}
+    return None  # "prompt": the schema travels in the prompt instead
+
+
+def _with_schema_instructions(messages: list[dict], schema_cls: type[BaseModel]) -> list[dict]:
+    """Fallback for providers without structured output: state the schema in the prompt."""
+    note = ("\n\nAnswer with a single JSON object and nothing else. It must match this JSON "
+            "schema:\n" + json.dumps(schema_cls.model_json_schema()))
+    out = [dict(m) for m in messages]
+    out[-1]["content"] = out[-1]["content"] + note
+    return out
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.S)
+
+
+def parse_structured(content: str, schema_cls: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
+    """Validate an answer against the role's pydantic model: (object, None) or (None, reason)."""
+    text = _FENCE.sub("", content.strip())
+    if not text.startswith("{"):
+        start, end = text.find("{"), text.rfind("}")
+        if start != -1 and end > start:
+            text = text[start:end + 1]
+    try:
+        return schema_cls.model_validate_json(text), None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "answer"
+        return None, f"{where}: {err['msg']}"
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """Seconds the provider asked us to wait (Retry-After), if it said."""
+    for headers in (getattr(exc, "headers", None),
+                    getattr(getattr(exc, "response", None), "headers", None),
+                    getattr(exc, "litellm_response_headers", None)):
+        if not headers:
+            continue
+        try:
+            value = headers.get("retry-after") or headers.get("Retry-After")
+        except Exception:
+            continue
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return None
+    return None
+
+
+class Gateway:
+    """Cached, limited, retrying access to every model. Create one per run, on the run's
+    event loop; call ``drain_records()`` to collect provenance rows for the warehouse."""
+
+    def __init__(self, cache_dir: Path, run_id: str, cfg: GatewayConfig | None = None):
+        self.cache = ResponseCache(cache_dir)
+        self.run_id = run_id
+        self.cfg = cfg or GatewayConfig()
+        # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
+        # shared by stages on different loops (Prefect may run sync tasks in threads) is safe.
+        self._limits: dict[tuple, ModelLimits] = {}
+        self._inflight: dict[tuple, asyncio.Future] = {}
+        self._records: list[dict] = []
+        self.stats: dict[str, _Stats] = {}
+
+    # ----- public API ----------------------------------------------------------------------
+    async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
+                   schema: type[BaseModel] | None = None, sample_key: str | None = None) -> CallResult:
+        """One chat completion. With ``schema`` the answer is validated (``result.parsed``)."""
+        schema_doc = schema.model_json_schema() if schema is not None else None
+        key = cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
+                        params=spec.generation_params(), schema=schema_doc,
+                        structured=spec.structured, sample_key=sample_key)
+        return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
+
+    async def text(self, spec: ModelSpec, role: str, prompt: str, *,
+                   sample_key: str | None = None) -> CallResult:
+        """One text completion (a raw prompt, e.g. WildGuard's own format)."""
+        key = cache_key(model=spec.model, api_base=spec.api_base, messages=None, prompt=prompt,
+                        params=spec.generation_params(), schema=None, structured=None,
+                        sample_key=sample_key)
+        return await self._dedup(key, lambda: self._run(key, spec, role, None, prompt, None))
+
+    def drain_records(self) -> list[dict]:
+        """Provenance rows collected since the last drain (one per call hash per run)."""
+        out, self._records = self._records, []
+        return out
+
+    def close(self) -> None:
+        self.cache.close()
+
+    # ----- internals -----------------------------------------------------------------------
+    async def _dedup(self, key: str, make) -> CallResult:
+        # Identical requests in flight at once share one call (conversations sharing a prefix).
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), key)
+        fut = self._inflight.get(slot)
+        if fut is not None:
+            return await asyncio.shield(fut)
+        fut = loop.create_future()
+        self._inflight[slot] = fut
+        try:
+            result = await make()
+            fut.set_result(result)
+            return result
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: waiters (if any) re-raise it themselves
+            raise
+        finally:
+            del self._inflight[slot]
+
+    def _stat(self, role: str) -> _Stats:
+        return self.stats.setdefault(role, _Stats())
+
+    def _limit(self, spec: ModelSpec) -> ModelLimits:
+        k = (id(asyncio.get_running_loop()), spec.model, spec.api_base)
+        lim = self._limits.get(k)
+        if lim is None:
+            lim = self._limits[k] = ModelLimits(spec.max_concurrency, spec.rpm)
+        return lim
+
+    def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
+        self._records.append({
+            "run_id": self.run_id, "call_hash": r.call_hash, "role": role, "model": spec.model,
+            "cache_hit": r.cached, "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.completion_tokens, "cost_usd": r.cost_usd,
+            "latency_s": round(r.latency_s, 4), "attempts": r.attempts,
+            "error": f"{r.error_kind}: {r.error}" if r.error else None,
+        })
+
+    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
+        st = self._stat(role)
+        hit = self.cache.get(key)
+        if hit is not None:
+            r = CallResult(call_hash=key, content=hit["content"], cached=True,
+                           prompt_tokens=hit.get("prompt_tokens", 0),
+                           completion_tokens=hit.get("completion_tokens", 0),
+                           cost_usd=hit.get("cost_usd", 0.0))
+            if schema is not None:
+                r.parsed, err = parse_structured(r.content, schema)
+                if err:  # a schema changed under an old entry: treat as a miss
+                    hit = None
+            if hit is not None:
+                st.hits += 1
+                self._record(role, spec, r)
+                return r
+        r = await self._request(key, spec, role, messages, prompt, schema)
+        st.requests += r.attempts
+        st.retries += max(0, r.attempts - 1)
+        if r.ok:
+            self.cache.set(key, {"content": r.content, "prompt_tokens": r.prompt_tokens,
+                                 "completion_tokens": r.completion_tokens,
+                                 "cost_usd": r.cost_usd, "role": role, "model": spec.model}, role)
+        else:
+            st.failures += 1
+        self._record(role, spec, r)
+        return r
+
+    async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
+        """Send the request with retries (transport) and re-asks (invalid structured output)."""
+        litellm = _litellm()
+        r = CallResult(call_hash=key)
+        kwargs = {
+            "model": spec.model, "api_base": spec.api_base, "api_key": api_key_for(spec),
+            "timeout": spec.timeout_s, "max_retries": 0, "num_retries": 0,
+            "extra_headers": {"x-carryon-role": role},
+            **{k: v for k, v in spec.generation_params().items() if v is not None},
+        }
+        if kwargs["api_key"] is None:
+            # OpenAI-compatible local servers need some key; real providers fall back to
+            # litellm's own env lookup when we pass none.
+            kwargs.pop("api_key")
+            if spec.api_base:
+                kwargs["api_key"] = "none"
+        if schema is not None:
+            rf = response_format_for(schema, spec.structured)
+            if rf is not None:
+                kwargs["response_format"] = rf
+            else:
+                messages = _with_schema_instructions(messages, schema)
+        convo = list(messages) if messages is not None else None
+        lim = self._limit(spec)
+        reasks = 0
+        transport_failures = 0
+        started = time.perf_counter()
+        while True:
+            r.attempts += 1
+            try:
+                async with lim.semaphore:
+                    if lim.rate:
+                        await lim.rate.acquire()
+                    if convo is not None:
+                        resp = await litellm.acompletion(messages=convo, **kwargs)
+                        content = resp.choices[0].message.content
+                    else:
+                        resp = await litellm.atext_completion(prompt=prompt, **kwargs)
+                        content = resp.choices[0].text
+            except litellm.ContextWindowExceededError as e:
+                return self._fail(r, started, kwargs.get("api_key"), "context_exceeded", e)
+            except (litellm.RateLimitError, litellm.InternalServerError,
+                    litellm.ServiceUnavailableError, litellm.APIConnectionError,
+                    litellm.Timeout, litellm.BadGatewayError) as e:
+                transport_failures += 1
+                if transport_failures > spec.max_retries:
+                    return self._fail(r, started, kwargs.get("api_key"), "retries_exhausted", e)
+                await asyncio.sleep(self._backoff(transport_failures, e))
+                continue
+            except litellm.APIError as e:
+                status = getattr(e, "status_code", None)
+                if status and int(status) >= 500 and transport_failures < spec.max_retries:
+                    transport_failures += 1
+                    await asyncio.sleep(self._backoff(transport_failures, e))
+                    continue
+                return self._fail(r, started, kwargs.get("api_key"), "api_error", e)
+            except Exception as e:  # bad request, auth, not found, provider quirks
+                return self._fail(r, started, kwargs.get("api_key"), "api_error", e)
+
+            usage = getattr(resp, "usage", None)
+            r.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
+            r.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
+            r.cost_usd += float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+            if not content or not content.strip():
+                return self._fail(r, started, kwargs.get("api_key"), "empty_output", "the model returned no text")
+            if schema is None:
+                r.content = content
+                r.latency_s = time.perf_counter() - started
+                return r
+            parsed, err = parse_structured(content, schema)
+            if parsed is not None:
+                r.content, r.parsed = content, parsed
+                r.latency_s = time.perf_counter() - started
+                return r
+            if reasks >= self.cfg.max_parse_retries or convo is None:
+                return self._fail(r, started, kwargs.get("api_key"), "invalid_output",
+                                  f"{err}; last output: {content[:200]!r}")
+            # Re-ask with the invalid answer and the reason; the cache key stays the
+            # original request's, so a valid answer is stored under it.
+            reasks += 1
+            convo = list(messages) + [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": f"That answer is not valid ({err}). Reply again with "
+                                            "only a JSON object that matches the schema."},
+            ]
+
+    def _backoff(self, n: int, exc: Exception) -> float:
+        after = _retry_after(exc)
+        if after is not None:
+            return min(after, self.cfg.backoff_max_s)
+        base = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2 ** (n - 1))
+        return base * random.uniform(0.5, 1.5)  # jitter: retries of many calls spread out
+
+    @staticmethod
+    def _fail(r: CallResult, started: float, api_key: str | None, kind: str, e) -> CallResult:
+        r.error_kind = kind
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        r.error = f"{type(e).__name__}: {msg[:300]}" if isinstance(e, Exception) else str(e)
+        if api_key and len(api_key) > 4:  # a provider echoing the key must not leak it
+            r.error = r.error.replace(api_key, "***")
+        r.latency_s = time.perf_counter() - started
+        return r

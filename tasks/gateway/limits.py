@@ -1,0 +1,38 @@
+"""Per-model concurrency and request-rate limits, enforced inside the gateway.
+
+Prefect's thread pool is unbounded on purpose and litellm's Router fails instead of waiting,
+so the gateway throttles itself: a semaphore for in-flight calls and a sliding one-minute
+window for requests per minute. Limits live on one event loop (the run's loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+
+class RateLimiter:
+    """At most ``rpm`` request starts in any 60-second window."""
+
+    def __init__(self, rpm: float):
+        self.rpm = rpm
+        self._starts: deque[float] = deque()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                while self._starts and now - self._starts[0] >= 60.0:
+                    self._starts.popleft()
+                if len(self._starts) < self.rpm:
+                    self._starts.append(now)
+                    return
+                await asyncio.sleep(60.0 - (now - self._starts[0]) + 0.001)
+
+
+class ModelLimits:
+    def __init__(self, max_concurrency: int, rpm: float | None):
+        self.semaphore = asyncio.Semaphore(max_concurrency)
+        self.rate = RateLimiter(rpm) if rpm else None

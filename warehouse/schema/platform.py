@@ -1,0 +1,42 @@
+"""Tables of the platform: runs and the provenance of every LLM call."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlmodel import Field, SQLModel
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    run_id: str = Field(primary_key=True)
+    config_path: str | None = None
+    config_hash: str
+    config_json: str  # the validated config; never secrets (keys live in the environment)
+    git_rev: str | None = None
+    packages: str | None = None  # JSON {name: version} of the packages that shape results
+    seed: int
+    stages: str
+    started: dt.datetime
+    finished: dt.datetime | None = None
+    status: str  # running | succeeded | failed
+    error: str | None = None
+    requests: int | None = None  # HTTP requests sent to providers (retries included)
+    cache_hits: int | None = None
+
+
+class LLMCall(SQLModel, table=True):
+    """One row per distinct call (cache key) per run: the provenance DESIGN §3 asks for."""
+
+    __tablename__ = "llm_calls"
+    run_id: str = Field(primary_key=True)
+    call_hash: str = Field(primary_key=True)
+    role: str
+    model: str
+    cache_hit: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    attempts: int = 0  # requests sent for this call (0 on a cache hit; >1 means retries)
+    error: str | None = None

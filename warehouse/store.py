@@ -1,0 +1,145 @@
+"""The warehouse: one DuckDB file at ``<home>/warehouse.duckdb``.
+
+SQLModel classes (``warehouse.schema``) define the tables; rows are written in bulk through
+DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one transaction, with
+``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather than duplicates.
+Metric views live in ``views.sql`` beside this file, so ad-hoc SQL and the report read the
+same numbers.
+
+DuckDB allows one writing process per file; connections are opened per operation and a
+lock held by another process is waited for (bounded), so two runs can take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from sqlmodel import SQLModel, create_engine
+
+import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
+
+VIEWS_SQL = Path(__file__).with_name("views.sql")
+_LOCK_WAIT_S = 60.0
+
+
+class WarehouseError(Exception):
+    pass
+
+
+def _table_name(table) -> str:
+    return table if isinstance(table, str) else table.__tablename__
+
+
+class Warehouse:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()  # one writer per process; DuckDB locks across processes
+
+    # ----- connections -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = False):
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as e:
+                if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                    raise WarehouseError(f"{self.path}: cannot open the warehouse: {e}") from None
+                time.sleep(0.2)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def init(self) -> "Warehouse":
+        """Create missing tables and (re)create the views. Safe to call on every start."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise WarehouseError(f"{self.path.parent}: cannot create the home folder: {e.strerror}") from None
+        with self._lock:
+            with self.connect():
+                pass  # takes the cross-process lock the same way writers do; creates the file
+            engine = create_engine(f"duckdb:///{self.path}")
+            try:
+                SQLModel.metadata.create_all(engine)
+            finally:
+                engine.dispose()
+            if VIEWS_SQL.exists():
+                with self.connect() as con:
+                    con.execute(VIEWS_SQL.read_text())
+        return self
+
+    # ----- writes ---------------------------------------------------------------------------------
+    def write(self, table, rows: list[dict], *, delete: tuple[str, list] | None = None) -> int:
+        """Bulk upsert ``rows`` into ``table`` in one transaction (see ``write_many``)."""
+        return self.write_many([(table, rows, delete)])
+
+    def write_many(self, batches: list[tuple]) -> int:
+        """Upsert several tables in ONE transaction: all land or none does.
+
+        Each batch is ``(table, rows)`` or ``(table, rows, (where_sql, params))``; the optional
+        delete runs first, for replacing a whole slice (e.g. a conversation's turns).
+        """
+        total = 0
+        with self._lock, self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for batch in batches:
+                    table, rows = batch[0], batch[1]
+                    delete = batch[2] if len(batch) > 2 else None
+                    name = _table_name(table)
+                    if delete:
+                        con.execute(f"DELETE FROM {name} WHERE {delete[0]}", delete[1])
+                    if not rows:
+                        continue
+                    arrow = pa.Table.from_pylist(_dedupe(con, name, rows))  # noqa: F841
+                    con.execute(f"INSERT OR REPLACE INTO {name} BY NAME SELECT * FROM arrow")
+                    total += arrow.num_rows
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        return total
+
+    # ----- reads -----------------------------------------------------------------------------------
+    def query(self, sql: str, params: list | None = None) -> list[dict]:
+        with self.connect() as con:
+            cur = con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description] if cur.description else []
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def df(self, sql: str, params: list | None = None):
+        """A pandas DataFrame of a query (for analyses and the report)."""
+        with self.connect() as con:
+            return con.execute(sql, params or []).df()
+
+    def count(self, table) -> int:
+        return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
+
+
+_PK_CACHE: dict[str, list[str]] = {}
+
+
+def _primary_key(con, name: str) -> list[str]:
+    if name not in _PK_CACHE:
+        table = SQLModel.metadata.tables.get(name)
+        _PK_CACHE[name] = [c.name for c in table.primary_key.columns] if table is not None else []
+    return _PK_CACHE[name]
+
+
+def _dedupe(con, name: str, rows: list[dict]) -> list[dict]:
+    """Keep the last row per natural key: DuckDB rejects one insert that repeats a key."""
+    pk = _primary_key(con, name)
+    if not pk:
+        return rows
+    seen: dict[tuple, dict] = {}
+    for r in rows:
+        seen[tuple(r.get(k) for k in pk)] = r
+    return list(seen.values()) if len(seen) != len(rows) else rows
