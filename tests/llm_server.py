@@ -96,6 +96,7 @@ def instance_for(schema: dict, seed: int, name: str = "", root: dict | None = No
 
 
 WILDGUARD_MARK = "Answers: [/INST]"
+SCHEMA_MARK = "It must match this JSON schema:\n"
 
 
 def default_answer(role: str, body: dict) -> str:
@@ -107,6 +108,9 @@ def default_answer(role: str, body: dict) -> str:
     seed = _h(json.dumps(body.get("messages"), sort_keys=True) + f"|{body.get('model')}|{body.get('temperature')}")
     rf = body.get("response_format") or {}
     schema = (rf.get("json_schema") or {}).get("schema") or rf.get("schema")
+    last_text = str(body["messages"][-1]["content"]) if body.get("messages") else ""
+    if not schema and SCHEMA_MARK in last_text:  # the gateway's "prompt" structured mode
+        schema = json.loads(last_text.split(SCHEMA_MARK, 1)[1])
     if schema:
         return json.dumps(instance_for(schema, seed))
     last = body["messages"][-1]["content"] if body.get("messages") else ""
@@ -125,6 +129,8 @@ class LLMServer:
         self.record = record
         self.requests: list[dict] = []  # (role, headers, body) of each request when recording
         self.counts: Counter = Counter()
+        self.inflight = 0
+        self.max_inflight = 0
         self._rng = random.Random(self.faults.seed)
         self.port: int | None = None
         self._runner = None
@@ -135,6 +141,7 @@ class LLMServer:
     def reset(self) -> None:
         self.requests.clear()
         self.counts.clear()
+        self.max_inflight = 0
 
     async def _handle(self, request: web.Request, kind: str) -> web.Response:
         body = await request.json()
@@ -143,6 +150,14 @@ class LLMServer:
         self.counts[role] += 1
         if self.record:
             self.requests.append({"role": role, "headers": dict(request.headers), "body": body})
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            return await self._answer(body, role, kind)
+        finally:
+            self.inflight -= 1
+
+    async def _answer(self, body: dict, role: str, kind: str) -> web.Response:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         f = self.faults

@@ -13,10 +13,11 @@ from collections import deque
 
 
 class RateLimiter:
-    """At most ``rpm`` request starts in any 60-second window."""
+    """At most ``rpm`` request starts in any ``window_s`` window (60 s: requests per minute)."""
 
-    def __init__(self, rpm: float):
+    def __init__(self, rpm: float, window_s: float = 60.0):
         self.rpm = rpm
+        self.window_s = window_s
         self._starts: deque[float] = deque()
         self._lock = asyncio.Lock()
 
@@ -24,12 +25,12 @@ class RateLimiter:
         async with self._lock:
             while True:
                 now = time.monotonic()
-                while self._starts and now - self._starts[0] >= 60.0:
+                while self._starts and now - self._starts[0] >= self.window_s:
                     self._starts.popleft()
                 if len(self._starts) < self.rpm:
                     self._starts.append(now)
                     return
-                await asyncio.sleep(60.0 - (now - self._starts[0]) + 0.001)
+                await asyncio.sleep(self.window_s - (now - self._starts[0]) + 0.001)
 
 
 class ModelLimits:

@@ -1,0 +1,89 @@
+"""The command line's error paths: a short message naming the cause, a non-zero exit, and
+nothing half-written."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tests.conftest import base_config
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def _config(tmp_path, api_base, **over):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base_config(api_base, tmp_path / "home", **over)))
+    return path
+
+
+def test_bad_config_names_file_and_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("home: h\nflows: {lengths: [3]}\n")
+    r = invoke("run", "--config", str(path))
+    assert r.exit_code == 2
+    assert str(path) in r.output and "flows.lengths" in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "h").exists()
+
+
+def test_missing_key_variable_fails_before_writing(tmp_path, llm_server, monkeypatch):
+    monkeypatch.delenv("CARRYON_TEST_KEY", raising=False)
+    cfg = base_config(llm_server.api_base, tmp_path / "home")
+    cfg["models"]["targets"][0]["api_key_env"] = "CARRYON_TEST_KEY"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = invoke("run", "--config", str(path))
+    assert r.exit_code == 2 and "CARRYON_TEST_KEY is not set" in r.output
+    assert not (tmp_path / "home").exists()
+    assert llm_server.counts["total"] == 0
+
+
+def test_unreachable_api_base_fails_before_writing(tmp_path):
+    path = _config(tmp_path, "http://127.0.0.1:9/v1")
+    r = invoke("run", "--config", str(path))
+    assert r.exit_code == 2 and "http://127.0.0.1:9/v1 is unreachable" in r.output
+    assert not (tmp_path / "home").exists()
+
+
+def test_unknown_stage(tmp_path, llm_server):
+    r = invoke("run", "--config", str(_config(tmp_path, llm_server.api_base)), "--stages", "judge,nope")
+    assert r.exit_code == 2 and "unknown stage" in r.output
+
+
+def test_sql_without_warehouse_and_bad_sql(tmp_path, llm_server):
+    path = _config(tmp_path, llm_server.api_base)
+    r = invoke("sql", "SELECT 1", "--config", str(path))
+    assert r.exit_code == 2 and "no warehouse yet" in r.output
+    from warehouse import Warehouse
+
+    Warehouse(tmp_path / "home" / "warehouse.duckdb").init()
+    assert invoke("sql", "SELECT 41 + 1 AS answer", "--config", str(path)).output.split()[-1] == "42"
+    r = invoke("sql", "SELEC nonsense", "--config", str(path))
+    assert r.exit_code == 2 and "SQL error" in r.output
+
+
+def test_cache_commands(tmp_path, llm_server):
+    import asyncio
+
+    from tasks.config import load_config
+    from tasks.gateway import Gateway
+
+    path = _config(tmp_path, llm_server.api_base)
+    cfg = load_config(path)
+    gw = Gateway(cfg.home_path / "cache", "r")
+    asyncio.run(gw.chat(cfg.role_spec("targets"), "targets", [{"role": "user", "content": "a"}]))
+    asyncio.run(gw.chat(cfg.role_spec("safety_judge"), "safety_judge", [{"role": "user", "content": "b"}]))
+    gw.close()
+    out = invoke("cache", "stats", "--config", str(path)).output
+    assert "targets" in out and "safety_judge" in out and "total entries: 2" in out
+    assert "cleared 1" in invoke("cache", "clear", "--config", str(path), "--role", "targets").output
+    # No run recorded any call: prune drops what is left.
+    assert "pruned 1" in invoke("cache", "prune", "--config", str(path)).output
+    assert "total entries: 0" in invoke("cache", "stats", "--config", str(path)).output

@@ -1,0 +1,106 @@
+"""Config loading: the documented example works, errors name the file and the field."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tasks.config import ConfigError, api_key_for, check_secrets, load_config
+
+EXAMPLE = """\
+home: .carryon            # cache/, warehouse.duckdb, reports/ live here; env CARRYON_HOME overrides
+seed: 0
+dataset: {source: sample, path: null, limit: 3}
+flows: {lengths: [4, 6, 8, 10, 12], bc_per_length: 2, nc_per_length: 1}
+models:
+  defaults: {temperature: 0.0, max_tokens: 1024, max_concurrency: 16}
+  targets: [{name: target-a, model: openai/target-a}]
+  user_simulator: {model: openai/sim, temperature: 1.0}
+  intent_rewriter: {model: openai/helper}
+  ensemble: [{model: openai/ens-1}, {model: openai/ens-2}, {model: openai/ens-3}]
+  wildguard: {model: openai/wildguard, mode: chat}
+  decomposer: {model: openai/helper}
+  merger: {model: openai/helper}
+  misuse_filter: {model: openai/helper}
+  benutil_judge: {model: openai/judge}
+  safety_judge: {model: openai/judge}
+"""
+
+
+def _write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_issue_example_loads_with_defaults_merged(tmp_path):
+    cfg = load_config(_write(tmp_path, EXAMPLE))
+    sim = cfg.role_spec("user_simulator")
+    assert sim.temperature == 1.0 and sim.max_tokens == 1024 and sim.max_concurrency == 16
+    assert [s.model for s in cfg.role_specs("ensemble")] == ["openai/ens-1", "openai/ens-2", "openai/ens-3"]
+    assert cfg.role_spec("targets").name == "target-a"
+    assert cfg.role_spec("wildguard").mode == "chat"
+    assert cfg.dataset.limit == 3 and cfg.flows.lengths == [4, 6, 8, 10, 12]
+
+
+def test_shipped_configs_load():
+    for name in ("configs/demo.yaml", "configs/paper.yaml"):
+        load_config(name)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("seed: zero\n", "seed"),
+    ("flows: {lengths: [5]}\n", "flows.lengths"),
+    ("models: {targets: [{name: a}]}\n", "models.targets[0].model"),
+    ("models: {targets: [{model: m, temprature: 0.5}]}\n", "models.targets.0.temprature"),
+    ("dataset: {source: casebench}\n", "dataset"),
+    ("unknown_key: 1\n", "unknown_key"),
+])
+def test_bad_config_names_file_and_field(tmp_path, text, field):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value) and field in str(e.value)
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "a: [1, 2\n"))
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(_write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_duplicate_target_names(tmp_path):
+    with pytest.raises(ConfigError, match="duplicate target"):
+        load_config(_write(tmp_path, "models: {targets: [{name: a, model: x}, {name: a, model: y}]}\n"))
+
+
+def test_env_overrides(tmp_path, monkeypatch):
+    cfg = load_config(_write(tmp_path, EXAMPLE))
+    monkeypatch.setenv("CARRYON_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("CARRYON_API_BASE", "http://127.0.0.1:9999/v1")
+    monkeypatch.setenv("CARRYON_API_KEY", "k-123")
+    assert cfg.home_path == tmp_path / "h"
+    spec = cfg.role_spec("targets")
+    assert spec.api_base == "http://127.0.0.1:9999/v1"
+    assert api_key_for(spec) == "k-123"
+
+
+def test_missing_key_variable_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("MY_PROVIDER_KEY", raising=False)
+    cfg = load_config(_write(tmp_path, "models: {targets: [{name: a, model: x/y, api_key_env: MY_PROVIDER_KEY}]}\n"))
+    with pytest.raises(ConfigError, match="MY_PROVIDER_KEY is not set"):
+        check_secrets(cfg, ["targets"])
+    monkeypatch.setenv("MY_PROVIDER_KEY", "secret")
+    check_secrets(cfg, ["targets"])
+    assert api_key_for(cfg.role_spec("targets")) == "secret"
+
+
+def test_config_hash_ignores_nothing_secret_and_changes_with_content(tmp_path):
+    a = load_config(_write(tmp_path, EXAMPLE, "a.yaml"))
+    b = load_config(_write(tmp_path, EXAMPLE.replace("seed: 0", "seed: 1"), "b.yaml"))
+    assert a.config_hash() != b.config_hash()
+    assert a.config_hash() == load_config(_write(tmp_path, EXAMPLE, "c.yaml")).config_hash()
