@@ -71,6 +71,7 @@ def run(config: str = ConfigOpt,
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     import asyncio
 
+    from tasks.gateway.cache import CacheError
     from tasks.run import StageNotBuilt, parse_stages, preflight
     from warehouse import WarehouseError
 
@@ -84,7 +85,7 @@ def run(config: str = ConfigOpt,
     try:
         summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
                                       shard_index=shard_index, shard_count=shard_count))
-    except (ConfigError, StageNotBuilt, WarehouseError) as e:
+    except (ConfigError, StageNotBuilt, WarehouseError, CacheError) as e:
         _fail(str(e))
     _print_summary(summary)
     if summary.get("failures"):
@@ -142,11 +143,11 @@ def sql(query: str = typer.Argument(..., help="SQL to run on the warehouse (Duck
 
 
 def _cache(config: Optional[str]):
-    from tasks.gateway.cache import ResponseCache
+    from tasks.gateway.cache import CacheError, ResponseCache
 
     try:
         return ResponseCache(_home(config) / "cache")
-    except ConfigError as e:
+    except (ConfigError, CacheError) as e:
         _fail(str(e))
 
 

@@ -121,6 +121,22 @@ def preflight(cfg: Config, stages: list[str]) -> None:
                                   f"{spec.api_base} is unreachable: {seen[spec.api_base]}")
 
 
+def check_home(home: Path) -> None:
+    """The home folder must exist (or be creatable) and accept writes: a read-only or full
+    disk fails here, with the path and the reason, before any stage starts."""
+    probe = home / f".write-probe-{secrets.token_hex(4)}"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"x" * 4096)
+    except OSError as e:
+        raise ConfigError(f"{home}: the home folder is not writable: {e.strerror or e}") from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
 def git_revision() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
@@ -160,6 +176,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
         raise ConfigError(f"shard index {shard_index} is not in 0..{shard_count - 1}")
     if check:
         preflight(cfg, selected)
+    check_home(cfg.home_path)
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
     run_id = new_run_id(cfg)
     wh.write(Run, [{

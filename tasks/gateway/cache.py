@@ -16,12 +16,22 @@ import diskcache
 log = logging.getLogger("carryon.cache")
 
 
+class CacheError(Exception):
+    pass
+
+
 class ResponseCache:
     def __init__(self, directory: Path):
-        directory.mkdir(parents=True, exist_ok=True)
-        # eviction_policy none: a benchmark cache must never drop answers on its own.
-        self._c = diskcache.Cache(str(directory), eviction_policy="none", size_limit=2**62,
-                                  tag_index=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            # eviction_policy none: a benchmark cache must never drop answers on its own.
+            self._c = diskcache.Cache(str(directory), eviction_policy="none", size_limit=2**62,
+                                      tag_index=True)
+        except (OSError, diskcache.core.Timeout) as e:
+            raise CacheError(f"{directory}: cannot open the response cache: {e}") from None
+        except Exception as e:  # sqlite3 errors from a damaged cache.db
+            raise CacheError(f"{directory}: cannot open the response cache ({type(e).__name__}: {e}); "
+                             "move the folder away or run `carryon cache clear`") from None
 
     def get(self, key: str) -> dict | None:
         try:
