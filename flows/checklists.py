@@ -1,13 +1,44 @@
-"""Stage 1 (queries, benign intents, Ben-Util checklists) as a Prefect subflow."""
+"""Stage 1 (queries, benign intents, Ben-Util checklists) as a Prefect subflow.
+
+One Prefect task per batch of queries (never one per LLM call); inside a batch every call runs
+concurrently through the gateway, which enforces each model's limits. Batches run
+concurrently too. Bad input fails before any row is written: the queries are selected and the
+roles resolved first.
+"""
 
 from __future__ import annotations
 
-from prefect import flow
+import asyncio
 
-from tasks.run import StageNotBuilt, get_run
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.checklists import build_batch, resolve_roles, stage_stats
+from tasks.data import run_queries
+from tasks.progress import Progress
+from tasks.run import get_run
+
+BATCH_SIZE = 8
+
+
+# NO_CACHE: the gateway's content-hash cache makes reruns free; Prefect's own cache would key
+# on pickled inputs and could not see template changes.
+@task(name="checklist-batch", cache_policy=NO_CACHE)
+async def checklist_batch(run_id: str, queries: list) -> list[dict]:
+    ctx = get_run(run_id)
+    return await build_batch(ctx, queries, resolve_roles(ctx.config))
 
 
 @flow(name="checklists")
 async def checklists_flow(run_id: str) -> dict:
-    get_run(run_id)
-    raise StageNotBuilt("stage 'checklists' is not built yet (issue #3 is open)")
+    ctx = get_run(run_id)
+    queries = run_queries(ctx)  # DataError here: nothing written yet
+    resolve_roles(ctx.config)  # ConfigError here: nothing written yet
+    progress = Progress("checklists", len(queries), unit="queries")
+    batches = [queries[i:i + BATCH_SIZE] for i in range(0, len(queries), BATCH_SIZE)]
+    summaries: list[dict] = []
+    for done in asyncio.as_completed([checklist_batch(run_id, b) for b in batches]):
+        result = await done
+        summaries += result
+        progress.advance(len(result))
+    return stage_stats(summaries)

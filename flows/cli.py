@@ -15,6 +15,8 @@ from typing import Optional
 # Before Prefect is imported anywhere: this machine has no internet, so no telemetry.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# The temporary Prefect server can take longer than its default to start on a busy 2-core box.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
@@ -77,7 +79,7 @@ def run(config: str = ConfigOpt,
 
     try:  # validate before Prefect starts (its server costs seconds)
         cfg = load_config(config)
-        preflight(cfg, parse_stages(stages))
+        preflight(cfg, parse_stages(stages), limit)
     except ConfigError as e:
         _fail(str(e))
     from flows.carryon import carryon

@@ -19,8 +19,10 @@ class Progress:
             from prefect.context import FlowRunContext
 
             if FlowRunContext.get() is not None:
+                # _sync: inside an async flow Prefect would otherwise hand back an un-awaited
+                # coroutine; an update every few seconds may block the loop for a moment.
                 self._artifact = create_progress_artifact(
-                    0.0, key=f"progress-{stage}", description=f"{stage}: {total} {unit}")
+                    0.0, key=f"progress-{stage}", description=f"{stage}: {total} {unit}", _sync=True)
         except Exception:  # no Prefect run (tests calling a task body directly): stderr only
             self._artifact = None
 
@@ -40,6 +42,6 @@ class Progress:
             try:
                 from prefect.artifacts import update_progress_artifact
 
-                update_progress_artifact(self._artifact, pct)
+                update_progress_artifact(self._artifact, pct, _sync=True)
             except Exception:
                 self._artifact = None

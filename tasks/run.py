@@ -104,7 +104,11 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
         return e.strerror or str(e) or type(e).__name__
 
 
-def preflight(cfg: Config, stages: list[str]) -> None:
+def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
+    if any(s in stages for s in ("checklists", "simulate", "judge")):
+        from tasks.data import select_queries
+
+        select_queries(cfg, limit)  # a bad dataset file fails here, naming file, row and field
     roles = sorted({r for s in stages for r in STAGE_ROLES[s]})
     for role in roles:
         if not cfg.role_specs(role):
@@ -175,7 +179,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
     if shard_count < 1 or not 0 <= shard_index < shard_count:
         raise ConfigError(f"shard index {shard_index} is not in 0..{shard_count - 1}")
     if check:
-        preflight(cfg, selected)
+        preflight(cfg, selected, limit)
     check_home(cfg.home_path)
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
     run_id = new_run_id(cfg)

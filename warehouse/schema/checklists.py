@@ -27,6 +27,9 @@ class Intent(SQLModel, table=True):
     model: str
     call_hash: str | None = None
     error: str | None = None
+    # "context": rewritten from the safe context; "query_only": no context (SORRY-Bench), the
+    # rewriter proposed a plausible purpose from the query alone.
+    basis: str = "context"
 
 
 class EnsembleAnswer(SQLModel, table=True):
@@ -49,19 +52,26 @@ class GuardVerdict(SQLModel, table=True):
     response_refusal: bool | None = None
     harmful_response: bool | None = None
     kept: bool
-    reason: str | None = None  # why dropped (harmful, unparseable verdict, answer failed)
+    reason: str | None = None  # why dropped (harmful, unparseable verdict, guard failed)
     call_hash: str | None = None
+    raw: str | None = None  # the guard's raw output (WildGuard's three lines, or the JSON)
 
 
 class ChecklistQuery(SQLModel, table=True):
-    """Per query: did it survive the WildGuard filter, and if not, why."""
+    """Per query: did the pipeline build a checklist, and if not, at which step and why.
+
+    Written by the latest run that processed the query (a rerun replaces the row)."""
 
     __tablename__ = "checklist_queries"
     query_id: str = Field(primary_key=True)
-    n_answers: int
-    n_harmless: int
-    kept: bool
+    n_answers: int  # ensemble answers obtained (failed calls not counted)
+    n_harmless: int  # answers the guard kept
+    kept: bool  # True: a checklist was built (checklist_version)
+    # The step that dropped the query: intent | ensemble | guard | decompose | merge | misuse
+    step: str | None = None
     reason: str | None = None
+    checklist_version: str | None = None
+    run_id: str | None = None
 
 
 class DecomposedItem(SQLModel, table=True):

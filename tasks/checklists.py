@@ -1,0 +1,322 @@
+"""The Ben-Util checklist pipeline (DESIGN §2), one query at a time, batches in one transaction.
+
+Steps, each a cached gateway call whose output is stored:
+
+1. ensemble answers  (role ``ensemble``; every model answers the oracle prompt) → ensemble_answers
+2. guard filter      (role ``wildguard``; WildGuard's text format, or any chat model) → guard_verdicts;
+                     answers judged harmful, or whose verdict is missing, are dropped; a query
+                     needs ``checklists.min_harmless`` kept answers → checklist_queries
+3. decomposition     (role ``decomposer``; each kept answer → yes/no items) → decomposed_items
+4. merge             (role ``merger``; one deduplicated list citing answer ids) → merged_items
+5. misuse filter     (role ``misuse_filter``; keep/drop each merged item) → merged_items.kept
+   → checklist_items, checklists (items numbered 1..n, version = hash of the items)
+
+A step that fails for a query (model error, or garbage after the gateway's re-asks) drops the
+query with the step and reason in ``checklist_queries``; an empty checklist is never written.
+The ``checklists`` table holds each query's valid checklists; the current one is the latest
+``created``. When a rerun drops a query, its ``checklists`` rows are removed (its items stay
+under their versions, so older judgments still resolve), so "current" always reflects the
+latest run that processed the query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from prompts import render
+from tasks.checklist_models import (
+    ITEM_CATEGORIES, Decomposition, GuardChat, merge_model, misuse_model, parse_wildguard,
+)
+from tasks.config import Config, ConfigError, ModelSpec
+from tasks.intents import IntentRow, ensure_intents
+
+STEPS = ["intent", "ensemble", "guard", "decompose", "merge", "misuse"]
+
+
+@dataclass(frozen=True)
+class Roles:
+    ensemble: list[ModelSpec]
+    guard: ModelSpec
+    decomposer: ModelSpec
+    merger: ModelSpec
+    misuse: ModelSpec
+    min_harmless: int
+
+
+def resolve_roles(cfg: Config) -> Roles:
+    """The stage's models; configuration mistakes that would drop every query fail here."""
+    where = cfg.source_path or "config"
+    ensemble = cfg.role_specs("ensemble")
+    names = [s.name for s in ensemble]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # the name is the answer id: two models under one name would overwrite each other
+        raise ConfigError(f"{where}: models.ensemble: duplicate name(s) {dup}; give each a 'name'")
+    if len(ensemble) < cfg.checklists.min_harmless:
+        raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
+                          f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")
+    return Roles(ensemble, cfg.role_spec("wildguard"), cfg.role_spec("decomposer"),
+                 cfg.role_spec("merger"), cfg.role_spec("misuse_filter"),
+                 cfg.checklists.min_harmless)
+
+
+def checklist_version(items: list[dict]) -> str:
+    """A checklist's version: the hash of its numbered items (question and category)."""
+    blob = json.dumps([[it["question"], it["category"]] for it in items], ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _fail(r) -> str:
+    return f"{r.error_kind}: {r.error}"
+
+
+@dataclass
+class QueryOutcome:
+    """Everything one query produced: warehouse rows and the counts the statistics need."""
+
+    query_id: str
+    rows: dict[str, list[dict]] = field(default_factory=lambda: {
+        "ensemble_answers": [], "guard_verdicts": [], "decomposed_items": [], "merged_items": [],
+        "checklist_items": [], "checklists": []})
+    counts: dict[str, int] = field(default_factory=dict)
+    dropped_step: str | None = None
+    reason: str | None = None
+    version: str | None = None
+    n_items: int = 0
+
+    def drop(self, step: str, reason: str) -> "QueryOutcome":
+        self.dropped_step, self.reason = step, reason
+        return self
+
+    def summary(self) -> dict:
+        return {"query_id": self.query_id, "step": self.dropped_step, "reason": self.reason,
+                "version": self.version, "n_items": self.n_items, "counts": dict(self.counts)}
+
+
+# ----- the steps ------------------------------------------------------------------------------
+async def _answer(gw, spec: ModelSpec, qid: str, oracle: str):
+    msgs = [{"role": "user", "content": render("checklists/ensemble.j2", oracle_prompt=oracle)}]
+    # Ensemble models may sample: one key per (query, answer) so reruns replay the same answer.
+    return spec.name, await gw.chat(spec, "ensemble", msgs, sample_key=f"{qid}:{spec.name}")
+
+
+async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
+    """One guard verdict: harmful_* flags, kept, reason, raw, call_hash."""
+    if spec.mode == "wildguard":
+        text = render("checklists/wildguard.j2", prompt=prompt, response=response) + "\n"
+        r = await gw.text(spec, "wildguard", text)
+        if not r.ok:
+            return {"kept": False, "reason": f"guard failed: {_fail(r)}", "call_hash": r.call_hash}
+        try:
+            v = parse_wildguard(r.content)
+        except ValueError as e:
+            return {"kept": False, "reason": f"guard verdict unparseable: {e}",
+                    "raw": r.content, "call_hash": r.call_hash}
+        flags = {"harmful_request": v.harmful_request, "response_refusal": v.response_refusal,
+                 "harmful_response": v.harmful_response}
+        raw = r.content
+    else:
+        msgs = [{"role": "user", "content": render("checklists/wildguard_chat.j2",
+                                                   prompt=prompt, response=response)}]
+        r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
+        if not r.ok:
+            return {"kept": False, "reason": f"guard failed: {_fail(r)}", "call_hash": r.call_hash}
+        flags, raw = r.parsed.model_dump(), r.content
+    harmful = flags["harmful_response"]
+    return {**flags, "kept": not harmful, "reason": "harmful response" if harmful else None,
+            "raw": raw, "call_hash": r.call_hash}
+
+
+async def _decompose(gw, spec: ModelSpec, oracle: str, answer: str):
+    msgs = [{"role": "user", "content": render("checklists/decompose.j2", oracle_prompt=oracle,
+                                               answer=answer, categories=ITEM_CATEGORIES)}]
+    return await gw.chat(spec, "decomposer", msgs, schema=Decomposition)
+
+
+async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id: str,
+                          intent_error: str | None = None) -> QueryOutcome:
+    """Run steps 1-5 for one query; never raises for model failures (they become data)."""
+    out = QueryOutcome(q.query_id)
+    c = out.counts
+    if intent is None:
+        return out.drop("intent", f"no benign intent: {intent_error or 'the rewriter failed'}")
+    oracle = intent.oracle_prompt
+
+    # 1. ensemble answers
+    answers = await asyncio.gather(*(_answer(gw, s, q.query_id, oracle) for s in roles.ensemble))
+    models = {s.name: s.model for s in roles.ensemble}
+    ok = {aid: r.content for aid, r in answers if r.ok}
+    c["answers_requested"], c["answers_ok"] = len(answers), len(ok)
+    out.rows["ensemble_answers"] = [
+        {"query_id": q.query_id, "answer_id": aid, "model": models[aid],
+         "answer": r.content if r.ok else None, "call_hash": r.call_hash,
+         "error": None if r.ok else _fail(r)} for aid, r in answers]
+
+    if len(ok) < roles.min_harmless:  # no guard verdict could bring it back to the minimum
+        return out.drop("ensemble", f"{len(ok)} answer(s) < min_harmless {roles.min_harmless}; failed: "
+                        + "; ".join(f"{aid}: {_fail(r)}" for aid, r in answers if not r.ok))
+
+    # 2. guard filter (failed answers are not judged: there is nothing to judge)
+    verdicts = await asyncio.gather(*(_guard(gw, roles.guard, oracle, text) for text in ok.values()))
+    kept_ids = []
+    for aid, v in zip(ok, verdicts):
+        out.rows["guard_verdicts"].append({
+            "query_id": q.query_id, "answer_id": aid, "model": roles.guard.model,
+            "mode": roles.guard.mode, "harmful_request": v.get("harmful_request"),
+            "response_refusal": v.get("response_refusal"),
+            "harmful_response": v.get("harmful_response"), "kept": v["kept"],
+            "reason": v.get("reason"), "call_hash": v.get("call_hash"), "raw": v.get("raw")})
+        if v["kept"]:
+            kept_ids.append(aid)
+    c["answers_harmless"] = len(kept_ids)
+    if len(kept_ids) < roles.min_harmless:
+        return out.drop("guard", f"{len(kept_ids)} harmless answer(s) < min_harmless "
+                                 f"{roles.min_harmless} ({len(ok) - len(kept_ids)} of {len(ok)} "
+                                 "dropped by the guard)")
+
+    # 3. atomic decomposition of every kept answer
+    decs = await asyncio.gather(*(_decompose(gw, roles.decomposer, oracle, ok[a]) for a in kept_ids))
+    per_answer, failures = [], []
+    for aid, r in zip(kept_ids, decs):
+        if not r.ok:
+            failures.append(f"{aid}: {_fail(r)}")
+            continue
+        items = [it.model_dump() for it in r.parsed.items]
+        per_answer.append({"answer_id": aid, "items": items})
+        out.rows["decomposed_items"] += [
+            {"query_id": q.query_id, "answer_id": aid, "item_index": i, **it}
+            for i, it in enumerate(items, start=1)]
+    c["decompose_failed"] = len(failures)
+    c["decomposed_items"] = len(out.rows["decomposed_items"])
+    if failures:  # a checklist from part of the answers would silently miss their information
+        return out.drop("decompose", "decomposition failed for " + "; ".join(failures))
+
+    # 4. merge into one list that cites its answers
+    msgs = [{"role": "user", "content": render(
+        "checklists/merge.j2", oracle_prompt=oracle, answers=per_answer, answer_ids=kept_ids,
+        categories=list(ITEM_CATEGORIES))}]
+    r = await gw.chat(roles.merger, "merger", msgs, schema=merge_model(kept_ids))
+    if not r.ok:
+        return out.drop("merge", f"merge failed: {_fail(r)}")
+    merged = [{"question": it.question, "category": it.category,
+               "source_answers": sorted(set(it.source_answers))} for it in r.parsed.items]
+    c["merged_items"] = len(merged)
+
+    # 5. misuse filter: one decision per merged item, by name
+    msgs = [{"role": "user", "content": render("checklists/misuse.j2", oracle_prompt=oracle,
+                                               items=merged)}]
+    r = await gw.chat(roles.misuse, "misuse_filter", msgs, schema=misuse_model(len(merged)))
+    decisions = [getattr(r.parsed, f"item_{i}") for i in range(1, len(merged) + 1)] if r.ok else None
+    out.rows["merged_items"] = [
+        {"query_id": q.query_id, "merged_index": i, "question": it["question"],
+         "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
+         "kept": decisions[i - 1].keep if decisions else None,
+         "misuse_reason": decisions[i - 1].reason if decisions else None}
+        for i, it in enumerate(merged, start=1)]
+    if not r.ok:
+        return out.drop("misuse", f"misuse filter failed: {_fail(r)}")
+    final = [it for it, d in zip(merged, decisions) if d.keep]
+    c["misuse_dropped"] = len(merged) - len(final)
+    if not final:
+        return out.drop("misuse", f"the misuse filter dropped all {len(merged)} items")
+
+    # numbering and versioning
+    out.version, out.n_items = checklist_version(final), len(final)
+    out.rows["checklist_items"] = [
+        {"query_id": q.query_id, "checklist_version": out.version, "item_id": i,
+         "question": it["question"], "category": it["category"],
+         "source_answers": json.dumps(it["source_answers"])}
+        for i, it in enumerate(final, start=1)]
+    out.rows["checklists"] = [{"query_id": q.query_id, "checklist_version": out.version,
+                               "n_items": out.n_items, "created": dt.datetime.now(dt.timezone.utc),
+                               "run_id": run_id}]
+    return out
+
+
+# ----- a batch: intents, the pipeline per query, one transaction -------------------------------
+_PER_QUERY_TABLES = ["ensemble_answers", "guard_verdicts", "decomposed_items", "merged_items"]
+
+
+def _in(ids: list[str]) -> tuple[str, list]:
+    return f"query_id IN ({', '.join('?' * len(ids))})", list(ids)
+
+
+def write_outcomes(wh, outcomes: list[QueryOutcome], run_id: str) -> None:
+    """All rows of a batch in ONE transaction. Per-query step tables are replaced wholesale
+    (a rerun with fewer items must not leave stale rows); checklists are keyed by version."""
+    if not outcomes:
+        return
+    ids = [o.query_id for o in outcomes]
+    batches: list[tuple] = [(t, [r for o in outcomes for r in o.rows[t]], _in(ids))
+                            for t in _PER_QUERY_TABLES]
+    batches.append(("checklist_queries", [{
+        "query_id": o.query_id, "n_answers": o.counts.get("answers_ok", 0),
+        "n_harmless": o.counts.get("answers_harmless", 0), "kept": o.version is not None,
+        "step": o.dropped_step, "reason": o.reason, "checklist_version": o.version,
+        "run_id": run_id} for o in outcomes]))
+    batches.append(("checklist_items", [r for o in outcomes for r in o.rows["checklist_items"]]))
+    dropped = [o.query_id for o in outcomes if o.version is None]
+    if dropped:
+        batches.append(("checklists", [], _in(dropped)))
+    batches.append(("checklists", [r for o in outcomes for r in o.rows["checklists"]]))
+    wh.write_many(batches)
+
+
+async def build_batch(ctx, queries, roles: Roles | None = None) -> list[dict]:
+    """Intents, then the five steps for every query of the batch concurrently, then one write.
+    Returns each query's summary (for the stage statistics)."""
+    roles = roles or resolve_roles(ctx.config)
+    intents = await ensure_intents(ctx, queries)
+    errors = {}
+    missing = [q.query_id for q in queries if intents.get(q.query_id) is None]
+    if missing:  # say why the intent is missing (the stored row has the rewriter's error)
+        rows = ctx.warehouse.query(f"SELECT query_id, error FROM intents WHERE {_in(missing)[0]}",
+                                   missing)
+        errors = {r["query_id"]: r["error"] for r in rows}
+    outcomes = await asyncio.gather(*(
+        build_checklist(ctx.gateway, roles, q, intents.get(q.query_id), ctx.run_id,
+                        errors.get(q.query_id)) for q in queries))
+    write_outcomes(ctx.warehouse, list(outcomes), ctx.run_id)
+    return [o.summary() for o in outcomes]
+
+
+# ----- statistics -------------------------------------------------------------------------------
+def _share(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def stage_stats(summaries: list[dict]) -> dict:
+    """Per run: queries in and with a checklist, items per query (min, mean, max) and the share
+    dropped at each step (of what entered that step)."""
+    n = len(summaries)
+    built = [s for s in summaries if s["version"]]
+    items = [s["n_items"] for s in built]
+
+    def total(key):
+        return sum(s["counts"].get(key, 0) for s in summaries)
+
+    reached = {step: sum(1 for s in summaries if s["step"] is None or
+                         STEPS.index(s["step"]) >= STEPS.index(step)) for step in STEPS}
+    dropped = {step: sum(1 for s in summaries if s["step"] == step) for step in STEPS}
+    req, ok, harmless = total("answers_requested"), total("answers_ok"), total("answers_harmless")
+    merged, misuse_dropped = total("merged_items"), total("misuse_dropped")
+    # Each share counts only the queries whose step produced an answer.
+    merged_in = sum(s["counts"].get("decomposed_items", 0) for s in summaries if "merged_items" in s["counts"])
+    misuse_in = sum(s["counts"].get("merged_items", 0) for s in summaries if "misuse_dropped" in s["counts"])
+    return {
+        "queries": n,
+        "checklists": len(built),
+        "items_per_query": {"min": min(items), "mean": round(sum(items) / len(items), 2),
+                            "max": max(items)} if items else None,
+        "queries_dropped": {step: {"dropped": dropped[step], "entered": reached[step],
+                                   "share": _share(dropped[step], reached[step])} for step in STEPS},
+        "answers": {"requested": req, "failed_share": _share(req - ok, req),
+                    "guard_dropped_share": _share(ok - harmless, ok)},
+        "items": {"decomposed": total("decomposed_items"), "merged": merged,
+                  "merge_removed_share": _share(merged_in - merged, merged_in),
+                  "misuse_dropped_share": _share(misuse_dropped, misuse_in),
+                  "final": sum(items)},
+    }

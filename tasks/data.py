@@ -1,0 +1,320 @@
+"""Queries: the CASE-Bench and SORRY-Bench loaders, the built-in sample, and selection.
+
+Sources (``dataset.source`` in the config):
+
+- ``sample``     the team's built-in set (``tasks/datasets/sample_casebench.json``), written in
+                 the CASE-Bench shape; the default for the demo and the tests;
+- ``casebench``  CASE-Bench's ``CASEBench_data.json`` (one JSON array, two adjacent rows per
+                 query: one safe and one unsafe context);
+- ``sorrybench`` SORRY-Bench's ``question.jsonl`` (JSON lines, no contexts).
+
+Neither upstream file ships with the project (their owners' terms require users to obtain
+them); the loaders take a path. Every problem in a file raises ``DataError`` naming the file,
+the row (0-based index in the array, or 1-based line of a JSON-lines file) and the field,
+before anything is written anywhere.
+
+Selection keeps the *safe* context of each query, drops the excluded categories (default:
+the paper's four), optionally drops queries whose safe context's ``safe_rate`` is below a
+minimum, and keeps file order so ``--limit N`` always means the same N queries. A query id is
+``sha256(source + "\\n" + query)[:16]`` (hex), stable across runs and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tasks.config import Config, ConfigError
+
+SAMPLE_PATH = Path(__file__).parent / "datasets" / "sample_casebench.json"
+
+# The 45 SORRY-Bench categories (ids "1".."45", SORRY-Bench 2024-06 taxonomy) as CASE-Bench
+# spells them: lower case, without SORRY-Bench's parenthesised examples. This is the list of
+# known CASE-Bench category names; a row whose category is not here is rejected (an unknown
+# name is far more often a corrupted or wrong file than a new category). If the upstream file
+# spells a category differently (it has typos, which we keep as given), add that spelling here.
+SORRYBENCH_CATEGORIES: dict[str, str] = {str(i + 1): name for i, name in enumerate([
+    "personal insulting words",
+    "social-group insulting words",
+    "threatening words",
+    "lewd and obscene words",
+    "libelous words",
+    "self-harm",
+    "violent crimes",
+    "harassment",
+    "sexual crimes",
+    "property crimes",
+    "public order crimes",
+    "impersonation",
+    "general advice for system intrusion",
+    "malware code generation",
+    "fraud, scams, and deception",
+    "financial crimes",
+    "intellectual property infringement",
+    "personal identifiable information violations",
+    "illegal crafting, manufacturing, and distribution",
+    "terrorism",
+    "child-related crimes",
+    "animal-related crimes",
+    "environmental crimes",
+    "evasion of law enforcement",
+    "human elimination & world domination",
+    "advice on adult content",
+    "sexual explicit content generation",
+    "non-sexual explicit content generation",
+    "fake news generation",
+    "false advertising",
+    "advice on discrimination behaviors",
+    "military use",
+    "political belief promotion",
+    "ethical belief promotion",
+    "religion promotion",
+    "social stereotype promotion",
+    "extremist content promotion",
+    "conspiracy theories promotion",
+    "false common knowledge promotion",
+    "harmful & unhealthy behaviors promotion",
+    "medical advice",
+    "financial advice",
+    "legal consulting advice",
+    "governance decision advice",
+    "dangerous machinery operation advice",
+])}
+KNOWN_CASEBENCH_CATEGORIES: frozenset[str] = frozenset(SORRYBENCH_CATEGORIES.values())
+
+_CONTEXT_FIELDS = {
+    "sender": ("nature_of_the_interaction", "platform_type"),
+    "recipient": ("type", "background"),
+    "transmission_principle": ("sender_purpose", "confidentiality", "source_accountability"),
+}
+
+
+class DataError(ConfigError):
+    """A problem in a dataset file or the dataset selection; the message names the file, the
+    row and the field. (A ConfigError, so every command that reports config problems as a
+    one-line error reports these the same way.)"""
+
+
+@dataclass(frozen=True)
+class QueryRow:
+    query_id: str
+    source: str  # sample | casebench | sorrybench
+    category: str
+    query: str
+    context: dict | None  # the safe context (CASE-Bench shape); None for SORRY-Bench
+    safe_rate: float | None  # share of CASE-Bench annotators who judged the safe context safe
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def context_line(self, width: int = 120) -> str:
+        """One line that says who asks and why (the recipient's type and background)."""
+        if not self.context:
+            return "(no context)"
+        rec = self.context.get("recipient", {})
+        background = rec.get("background")
+        if isinstance(background, dict):
+            background = " ".join(str(v) for v in background.values())
+        line = " ".join(f"{rec.get('type', '')}: {background or ''}".split())
+        return line if len(line) <= width else line[: width - 1] + "…"
+
+    def to_row(self) -> dict:
+        """The ``queries`` table row."""
+        return {"query_id": self.query_id, "source": self.source, "category": self.category,
+                "query": self.query, "safe_rate": self.safe_rate,
+                "context": json.dumps(self.context, sort_keys=True) if self.context is not None else None}
+
+
+def query_id(source: str, query: str) -> str:
+    return hashlib.sha256(f"{source}\n{query}".encode()).hexdigest()[:16]
+
+
+# ----- validation helpers -------------------------------------------------------------------
+def _need(obj: dict, key: str, types, where: str, what: str) -> object:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise DataError(f"{where}: field {key!r}: missing")
+    value = obj[key]
+    # bool is an int in Python: never accept True where a number is expected.
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
+        raise DataError(f"{where}: field {key!r}: expected {what}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _as_tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _check_context(ctx: object, where: str) -> dict:
+    if not isinstance(ctx, dict):
+        raise DataError(f"{where}: field 'context': expected an object, got {type(ctx).__name__}")
+    for part, keys in _CONTEXT_FIELDS.items():
+        sub = _need(ctx, part, dict, f"{where}: context", "an object")
+        for key in keys:
+            # CASE-Bench writes some backgrounds as objects (previous_experience, purpose, ...).
+            types = (str, dict) if key == "background" else str
+            _need(sub, key, types, f"{where}: context.{part}", "a string")
+    tp = ctx["transmission_principle"]
+    if "urgency" in tp and not isinstance(tp["urgency"], str):
+        raise DataError(f"{where}: context.transmission_principle: field 'urgency': expected a string")
+    return ctx
+
+
+def _check_category(value: str, where: str) -> str:
+    if value not in KNOWN_CASEBENCH_CATEGORIES:
+        raise DataError(f"{where}: field 'category': unknown category {value!r} (known: the 45 "
+                        "SORRY-Bench categories in tasks.data.KNOWN_CASEBENCH_CATEGORIES)")
+    return value
+
+
+# ----- loaders -------------------------------------------------------------------------------
+def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow]:
+    """All queries of a CASE-Bench-shaped file, each with its safe context, in file order."""
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
+    if not isinstance(rows, list):
+        raise DataError(f"{path}: expected a JSON array of rows, got {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        where = f"{path}: row {i}"
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected an object, got {type(row).__name__}")
+        q = _need(row, "query", str, where, "a string")
+        if not q.strip():
+            raise DataError(f"{where}: field 'query': empty")
+        _check_category(_need(row, "category", str, where, "a string"), where)
+        _need(row, "context_intended_to_be_safe", bool, where, "true or false")
+        rate = _need(row, "safe_rate", (int, float), where, "a number")
+        if not 0 <= rate <= 1:
+            raise DataError(f"{where}: field 'safe_rate': {rate} is not between 0 and 1")
+        scores = _need(row, "scores", list, where, "a list of 1 (safe) / 2 (unsafe)")
+        if any(isinstance(s, bool) or s not in (1, 2) for s in scores):
+            raise DataError(f"{where}: field 'scores': every score must be 1 (safe) or 2 (unsafe)")
+        _check_context(_need(row, "context", dict, where, "an object"), where)
+    if len(rows) % 2:
+        raise DataError(f"{path}: {len(rows)} rows: CASE-Bench has two adjacent rows per query "
+                        "(one safe, one unsafe context); the last row has no partner")
+    out: list[QueryRow] = []
+    first_pair: dict[str, int] = {}
+    for i in range(0, len(rows), 2):
+        a, b = rows[i], rows[i + 1]
+        where = f"{path}: rows {i}-{i + 1}"
+        if a["query"] != b["query"]:
+            raise DataError(f"{path}: row {i + 1}: field 'query': differs from row {i}'s; rows "
+                            "must come in adjacent pairs of the same query")
+        if a["category"] != b["category"]:
+            raise DataError(f"{path}: row {i + 1}: field 'category': {b['category']!r} differs "
+                            f"from row {i}'s {a['category']!r}")
+        safe = [r for r in (a, b) if r["context_intended_to_be_safe"]]
+        if len(safe) != 1:
+            raise DataError(f"{where}: field 'context_intended_to_be_safe': {len(safe)} safe "
+                            "contexts; each query needs exactly one")
+        if a["query"] in first_pair:
+            raise DataError(f"{path}: row {i}: field 'query': duplicate query (first at row "
+                            f"{first_pair[a['query']]})")
+        first_pair[a["query"]] = i
+        s = safe[0]
+        out.append(QueryRow(query_id(source, s["query"]), source, s["category"], s["query"],
+                            s["context"], float(s["safe_rate"])))
+    return out
+
+
+def load_sorrybench(path: str | Path) -> list[QueryRow]:
+    """SORRY-Bench base prompts (``prompt_style == "base"``; the linguistic mutations are
+    skipped), in file order. Categories are mapped from ids "1".."45" to their names so the
+    same exclusion list works for every source. Rows have no context."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
+    out: list[QueryRow] = []
+    seen_ids: dict[int, int] = {}
+    seen_q: dict[str, int] = {}
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: not valid JSON (column {e.colno}): {e.msg}") from None
+        qid = _need(row, "question_id", int, where, "an integer")
+        cat = _need(row, "category", str, where, 'a string "1".."45"')
+        if cat not in SORRYBENCH_CATEGORIES:
+            raise DataError(f"{where}: field 'category': unknown category {cat!r} (SORRY-Bench "
+                            'uses "1".."45")')
+        turns = _need(row, "turns", list, where, "a list with the prompt")
+        if not turns or not isinstance(turns[0], str):
+            raise DataError(f"{where}: field 'turns': expected a list whose first item is the prompt")
+        style = _need(row, "prompt_style", str, where, "a string")
+        if style != "base":
+            continue
+        q = turns[0]
+        if not q.strip():
+            raise DataError(f"{where}: field 'turns': empty prompt")
+        if qid in seen_ids:
+            raise DataError(f"{where}: field 'question_id': duplicate {qid} (first at line {seen_ids[qid]})")
+        if q in seen_q:
+            raise DataError(f"{where}: field 'turns': duplicate query (first at line {seen_q[q]})")
+        seen_ids[qid], seen_q[q] = n, n
+        out.append(QueryRow(query_id("sorrybench", q), "sorrybench", SORRYBENCH_CATEGORIES[cat],
+                            q, None, None))
+    return out
+
+
+def load_source(cfg: Config) -> list[QueryRow]:
+    ds = cfg.dataset
+    if ds.source == "sample":
+        return load_casebench(SAMPLE_PATH, source="sample")
+    path = Path(ds.path).expanduser()
+    if not path.is_absolute() and cfg.source_path and not path.exists():
+        path = Path(cfg.source_path).parent / path  # relative to the config file as a fallback
+    if ds.source == "casebench":
+        return load_casebench(path)
+    return load_sorrybench(path)
+
+
+# ----- selection -------------------------------------------------------------------------------
+def select_queries(cfg: Config, limit: int | None = None) -> list[QueryRow]:
+    """The queries a run uses: excluded categories and low safe rates dropped, file order,
+    the first ``min(dataset.limit, limit)`` kept."""
+    ds = cfg.dataset
+    where = cfg.source_path or "config"
+    unknown = [c for c in ds.exclude_categories if c not in KNOWN_CASEBENCH_CATEGORIES]
+    if unknown:  # a typo here would silently exclude nothing
+        raise DataError(f"{where}: dataset.exclude_categories: unknown category {unknown[0]!r}")
+    if ds.min_safe_rate is not None and ds.source == "sorrybench":
+        raise DataError(f"{where}: dataset.min_safe_rate: SORRY-Bench rows have no safe_rate "
+                        "(it comes from CASE-Bench's annotators)")
+    excluded = set(ds.exclude_categories)
+    rows = [r for r in load_source(cfg) if r.category not in excluded
+            and (ds.min_safe_rate is None or r.safe_rate >= ds.min_safe_rate)]
+    caps = [n for n in (ds.limit, limit) if n is not None]
+    return rows[: min(caps)] if caps else rows
+
+
+def in_shard(qid: str, shard_index: int, shard_count: int) -> bool:
+    return int(qid, 16) % shard_count == shard_index
+
+
+def run_queries(ctx) -> list[QueryRow]:
+    """The queries of this run and shard: every stage uses this to know its queries."""
+    rows = select_queries(ctx.config, ctx.limit)
+    return [r for r in rows if in_shard(r.query_id, ctx.shard_index, ctx.shard_count)]
+
+
+def store_queries(wh, rows: list[QueryRow]) -> int:
+    """Upsert the ``queries`` table (bulk, idempotent on query_id)."""
+    return wh.write("queries", [r.to_row() for r in rows])

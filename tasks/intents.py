@@ -1,0 +1,95 @@
+"""Benign intents: the intent_rewriter role turns a query's safe context into a first-person
+statement of purpose, and the oracle prompt states that intent upfront with the query.
+
+Queries without a context (SORRY-Bench) are handled, not refused: the rewriter is asked for
+the most plausible legitimate purpose from the query alone, and the row records
+``basis = "query_only"`` (``"context"`` otherwise) so analyses can separate the two. The
+paper derives every intent from CASE-Bench's human-validated safe contexts; query-only intents
+are a convenience for exploring SORRY-Bench, not a reproduction.
+
+``ensure_intents`` is self-contained (the checklist and simulation stages both call it): it
+writes the queries and their intents in one transaction and returns what it wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field, field_validator
+
+from prompts import render
+
+
+class IntentOut(BaseModel):
+    """The rewriter's answer."""
+
+    intent: str = Field(min_length=1)
+
+    @field_validator("intent")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        v = " ".join(v.split())
+        if not v:
+            raise ValueError("the intent is blank")
+        return v
+
+
+@dataclass(frozen=True)
+class IntentRow:
+    query_id: str
+    intent: str | None  # None when the rewriter failed (see error)
+    oracle_prompt: str | None
+    model: str
+    call_hash: str | None
+    error: str | None
+    basis: str  # context | query_only
+
+    def as_row(self) -> dict:
+        return dict(self.__dict__)
+
+
+def oracle_prompt(query: str, intent: str) -> str:
+    """The oracle condition's single user message: the benign intent, then the query."""
+    return render("oracle.j2", query=query, intent=intent)
+
+
+def _background(context: dict) -> str:
+    bg = context["recipient"]["background"]
+    if isinstance(bg, dict):  # some CASE-Bench backgrounds are objects of named facts
+        return " ".join(f"{k.replace('_', ' ')}: {v}." for k, v in bg.items())
+    return bg
+
+
+def intent_messages(q) -> list[dict]:
+    ctx = q.context
+    text = render("intent.j2", query=q.query, context=ctx, background=_background(ctx) if ctx else "")
+    return [{"role": "user", "content": text}]
+
+
+async def rewrite_intent(gateway, spec, q) -> IntentRow:
+    basis = "context" if q.context else "query_only"
+    # The sample key matters only when the rewriter samples (temperature > 0): one query, one
+    # intent, replayed on every rerun.
+    r = await gateway.chat(spec, "intent_rewriter", intent_messages(q), schema=IntentOut,
+                           sample_key=f"intent:{q.query_id}")
+    if not r.ok:
+        return IntentRow(q.query_id, None, None, spec.model, r.call_hash,
+                         f"{r.error_kind}: {r.error}", basis)
+    intent = r.parsed.intent
+    return IntentRow(q.query_id, intent, oracle_prompt(q.query, intent), spec.model,
+                     r.call_hash, None, basis)
+
+
+async def ensure_intents(ctx, queries) -> dict[str, IntentRow | None]:
+    """The benign intent of each query (None where the rewriter failed: the stored row says
+    why). Writes ``queries`` and ``intents`` in one transaction; reruns are cache hits."""
+    if not queries:
+        return {}
+    spec = ctx.config.role_spec("intent_rewriter")
+    rows = await asyncio.gather(*(rewrite_intent(ctx.gateway, spec, q) for q in queries))
+    ctx.warehouse.write_many([
+        ("queries", [q.to_row() for q in queries]),
+        ("intents", [r.as_row() for r in rows]),
+    ])
+    return {r.query_id: (r if r.intent is not None else None) for r in rows}
