@@ -16,7 +16,9 @@ class Conversation(SQLModel, table=True):
     n_moves: int
     # completed | target_error | simulator_error | context_exceeded
     status: str
-    error: str | None = None
+    error: str | None = None  # "<error_kind>: <message>" of the call that ended it
+    error_call_hash: str | None = None  # that call's hash (its provenance is in llm_calls)
+    n_turns: int | None = None  # turns stored (both sides); == length only when completed
     run_id: str | None = None
 
 

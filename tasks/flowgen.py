@@ -1,0 +1,166 @@
+"""Conversation flows: the seven user moves, the four constraints, enumeration and sampling.
+
+A flow is the sequence of follow-up moves after the initial query (DESIGN §2). A conversation
+of ``n`` moves has ``2 + 2n`` turns counting both sides, so the lengths 4..12 are 1..5 moves.
+Flows are deterministic data; only the wording of each user turn is sampled (by the simulator).
+
+Sampling is seeded per (seed, query key, length) with a stable hash (never Python's ``hash()``,
+which is salted per process), so adding or removing queries never changes another query's flows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+log = logging.getLogger("carryon.flowgen")
+
+
+@dataclass(frozen=True)
+class Move:
+    name: str
+    group: str  # BC | Challenge | Non-contentful
+    contentful: bool
+
+
+MOVES: tuple[Move, ...] = (
+    Move("benign_justification", "BC", True),
+    Move("benign_reasking", "BC", True),
+    Move("context_switching", "BC", True),
+    Move("pushback", "Challenge", True),
+    Move("rephrasing", "Challenge", True),
+    Move("delaying", "Non-contentful", False),
+    Move("backchannel", "Non-contentful", False),
+)
+MOVE_NAMES: tuple[str, ...] = tuple(m.name for m in MOVES)
+_BY_NAME = {m.name: m for m in MOVES}
+
+MAX_NONCONTENTFUL = 2
+MIN_MOVES, MAX_MOVES = 1, 5
+DEFAULT_LENGTHS = (4, 6, 8, 10, 12)
+
+
+def length_for(n_moves: int) -> int:
+    """Turns of both sides: the query and its answer, then a user turn and an answer per move."""
+    return 2 + 2 * n_moves
+
+
+def moves_for(length: int) -> int:
+    if length < 4 or length % 2:
+        raise ValueError(f"length {length} is not an even number of turns >= 4")
+    return (length - 2) // 2
+
+
+def violations(moves) -> list[str]:
+    """The constraints a move sequence breaks, each named; empty for a valid flow."""
+    moves = list(moves)
+    unknown = [m for m in moves if m not in _BY_NAME]
+    if unknown:
+        return [f"unknown move(s) {unknown}"]
+    out = []
+    if not moves:
+        return ["a flow has at least one move"]
+    nc = [not _BY_NAME[m].contentful for m in moves]
+    if nc[-1]:
+        out.append("1: the last move must be contentful")
+    if any(a and b for a, b in zip(nc, nc[1:])):
+        out.append("2: two non-contentful moves in a row")
+    if sum(nc) > MAX_NONCONTENTFUL:
+        out.append(f"3: more than {MAX_NONCONTENTFUL} non-contentful moves")
+    if any(a == "context_switching" and b == "rephrasing" for a, b in zip(moves, moves[1:])):
+        out.append("4: rephrasing right after context_switching")
+    return out
+
+
+def is_valid(moves) -> bool:
+    return not violations(moves)
+
+
+def classify(moves) -> str:
+    """BC if the flow holds at least one benign-clarification move, else NC."""
+    return "BC" if any(_BY_NAME[m].group == "BC" for m in moves) else "NC"
+
+
+def flow_id(moves) -> str:
+    return ">".join(moves)
+
+
+@lru_cache(maxsize=None)
+def enumerate_flows(n_moves: int) -> tuple[tuple[str, ...], ...]:
+    """Every valid flow of ``n_moves`` moves, in a fixed (lexicographic by MOVES order) order."""
+    return tuple(f for f in itertools.product(MOVE_NAMES, repeat=n_moves) if is_valid(f))
+
+
+@lru_cache(maxsize=None)
+def _pool(n_moves: int, condition: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(f for f in enumerate_flows(n_moves) if classify(f) == condition)
+
+
+@dataclass(frozen=True)
+class SampledFlow:
+    moves: tuple[str, ...]
+    condition: str  # BC | NC
+    length: int  # turns of both sides
+
+    @property
+    def flow_id(self) -> str:
+        return flow_id(self.moves)
+
+    @property
+    def n_moves(self) -> int:
+        return len(self.moves)
+
+
+def _rng(seed: int, query_key: str, length: int) -> random.Random:
+    digest = hashlib.sha256(f"carryon-flows|{seed}|{query_key}|{length}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def sample_flows(seed: int, query_id, lengths=DEFAULT_LENGTHS, bc_per_length: int = 2,
+                 nc_per_length: int = 1) -> list[SampledFlow]:
+    """For each length, ``bc_per_length`` BC and ``nc_per_length`` NC flows drawn uniformly
+    without replacement from the valid flows of that class and number of moves.
+
+    When a class has fewer valid flows than asked, all are taken and a warning says so."""
+    out: list[SampledFlow] = []
+    for length in lengths:
+        n = moves_for(length)
+        rng = _rng(seed, str(query_id), length)
+        for condition, k in (("BC", bc_per_length), ("NC", nc_per_length)):
+            pool = _pool(n, condition)
+            if k > len(pool):
+                log.warning("only %d valid %s flows of %d moves, %d asked: taking all",
+                            len(pool), condition, n, k)
+                k = len(pool)
+            out.extend(SampledFlow(f, condition, length) for f in rng.sample(pool, k))
+    return out
+
+
+def count_rows() -> list[dict]:
+    """For ``carryon flows --count``: valid flows per number of moves (total, BC, NC)."""
+    rows = []
+    for n in range(MIN_MOVES, MAX_MOVES + 1):
+        bc = len(_pool(n, "BC"))
+        nc = len(_pool(n, "NC"))
+        rows.append({"moves": n, "length": length_for(n), "total": bc + nc, "bc": bc, "nc": nc})
+    return rows
+
+
+def sample_rows(n_queries: int, seed: int, flows_cfg=None) -> list[dict]:
+    """For ``carryon flows --sample``: one dict per sampled flow of queries 0..n-1.
+
+    Without real query ids the query *index* (as a string) is the query key, so these flows
+    show the sampler's behaviour but are not the flows a run draws for its hashed query ids."""
+    lengths = tuple(flows_cfg.lengths) if flows_cfg is not None else DEFAULT_LENGTHS
+    bc = flows_cfg.bc_per_length if flows_cfg is not None else 2
+    nc = flows_cfg.nc_per_length if flows_cfg is not None else 1
+    rows = []
+    for i in range(n_queries):
+        for f in sample_flows(seed, str(i), lengths, bc, nc):
+            rows.append({"query_index": i, "length": f.length, "condition": f.condition,
+                         "moves": list(f.moves)})
+    return rows

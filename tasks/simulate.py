@@ -1,0 +1,339 @@
+"""Stage 2's core: multi-turn conversations between a user simulator and each target model.
+
+Per (target, query): the oracle conversation (one answer to the oracle prompt) and one
+conversation per sampled flow. Turn 1 is the query verbatim; for each move the simulator
+writes the user turn (from the move's template, the benign intent and the conversation so
+far) and the target answers the whole history.
+
+Prefix sharing (DESIGN "Sample keys"): an exchange is a node of a prefix tree keyed by its
+move prefix (``()`` = the answer to the bare query). With ``flows.share_prefix`` every
+conversation of a (target, query) walks the same tree, so a prefix is simulated once and its
+sampled calls carry a sample key derived from (target, query, prefix); the 15 conversations of
+a query share the first answer. Without it, each conversation has its own tree and its sampled
+calls are keyed by (conversation, turn). Either way, a rerun replays every call from the
+gateway's cache.
+
+Failures are data: a failed call ends that conversation (and only the conversations through
+that prefix) with a termination reason; its turns so far are stored, the failed turn is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+
+import prompts
+from tasks.flowgen import SampledFlow, sample_flows
+
+log = logging.getLogger("carryon.simulate")
+
+TARGET_ROLE = "targets"
+SIMULATOR_ROLE = "user_simulator"
+STATUSES = ("completed", "target_error", "simulator_error", "context_exceeded")
+# Conversations are written in groups of about this many (whole (target, query) slices), so a
+# killed run loses at most one group of bookkeeping; its calls stay in the cache regardless.
+FLUSH_EVERY = 50
+
+
+@dataclass(frozen=True)
+class SimQuery:
+    """What the simulation needs of a query (plain data: tests and flows build it alike)."""
+
+    query_id: str
+    query: str
+    intent: str
+    oracle_prompt: str
+
+
+def _hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+def conversation_id(target: str, query_id: str, flow_id: str) -> str:
+    return _hash("conversation", target, query_id, flow_id)[:32]
+
+
+def prefix_sample_key(role: str, target: str, query_id: str, prefix) -> str:
+    """Shared mode: the same (target, query, move prefix) gives the same sample."""
+    return _hash("prefix", role, target, query_id, list(prefix))
+
+
+def conversation_sample_key(role: str, conv_id: str, position: int) -> str:
+    """Independent mode: every conversation samples its own turns."""
+    return _hash("conversation", role, conv_id, position)
+
+
+_LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
+
+
+def clean_user_turn(text: str) -> str:
+    """Drop a speaker label or wrapping quotes a simulator sometimes adds despite the rules;
+    nothing else is changed."""
+    t = text.strip()
+    m = _LABEL.match(t)
+    if m and m.group(1).strip().endswith((":", "]")):
+        t = t[m.end():].strip()
+    # Wrapping quotes only when they wrap the whole message (no quote of that kind inside).
+    pairs = {'"': '"', "'": "'", "“": "”"}
+    if len(t) >= 2 and pairs.get(t[0]) == t[-1] and t[0] not in t[1:-1] and t[-1] not in t[1:-1]:
+        t = t[1:-1].strip()
+    return t
+
+
+@dataclass
+class _Step:
+    """One exchange: the user turn and the target's answer (or the failure that ended it)."""
+
+    move: str
+    user: str | None = None
+    user_hash: str | None = None
+    answer: str | None = None
+    answer_hash: str | None = None
+    messages: list = field(default_factory=list)  # the history through this exchange
+    status: str | None = None  # None = ok; else a termination reason
+    error: str | None = None
+    error_hash: str | None = None
+
+
+@dataclass
+class ConversationResult:
+    row: dict
+    turns: list[dict]
+
+
+def _failure(status: str, r) -> tuple[str, str, str]:
+    if r.error_kind == "context_exceeded":
+        status = "context_exceeded"
+    return status, f"{r.error_kind}: {r.error}", r.call_hash
+
+
+class QuerySimulation:
+    """The conversations of one (target, query): a memoised prefix tree of exchanges."""
+
+    def __init__(self, gateway, target, simulator, q: SimQuery, *, share_prefix: bool = True,
+                 run_id: str | None = None):
+        self.gw, self.target, self.sim, self.q = gateway, target, simulator, q
+        self.share, self.run_id = share_prefix, run_id
+        self._steps: dict[tuple, asyncio.Future] = {}
+
+    # ----- the tree ------------------------------------------------------------------------
+    def _key(self, role: str, conv_id: str, prefix: tuple, position: int) -> str:
+        if self.share:
+            return prefix_sample_key(role, self.target.name, self.q.query_id, prefix)
+        return conversation_sample_key(role, conv_id, position)
+
+    def step(self, conv_id: str, prefix: tuple) -> asyncio.Future:
+        scope = "" if self.share else conv_id
+        slot = (scope, prefix)
+        fut = self._steps.get(slot)
+        if fut is None:
+            fut = self._steps[slot] = asyncio.ensure_future(self._compute(conv_id, prefix))
+        return fut
+
+    async def _compute(self, conv_id: str, prefix: tuple) -> _Step:
+        if not prefix:  # turn 1: the query verbatim, then the target's first answer
+            s = _Step(move="query", user=self.q.query)
+            history: list[dict] = []
+        else:
+            parent = await self.step(conv_id, prefix[:-1])
+            s = _Step(move=prefix[-1])
+            history = parent.messages
+            position = 2 * len(prefix)
+            prompt = prompts.render(f"user/{s.move}.j2", intent=self.q.intent, history=history,
+                                    move=s.move)
+            r = await self.gw.chat(self.sim, SIMULATOR_ROLE, [{"role": "user", "content": prompt}],
+                                   sample_key=self._key(SIMULATOR_ROLE, conv_id, prefix, position))
+            if not r.ok:
+                s.status, s.error, s.error_hash = _failure("simulator_error", r)
+                return s
+            s.user, s.user_hash = clean_user_turn(r.content), r.call_hash
+            if not s.user:
+                s.status, s.error, s.error_hash = ("simulator_error",
+                                                   "empty_output: nothing left after removing "
+                                                   "labels and quotes", r.call_hash)
+                s.user = None
+                return s
+        messages = history + [{"role": "user", "content": s.user}]
+        r = await self.gw.chat(self.target, TARGET_ROLE, messages,
+                               sample_key=self._key(TARGET_ROLE, conv_id, prefix, 2 * len(prefix) + 1))
+        if not r.ok:
+            s.status, s.error, s.error_hash = _failure("target_error", r)
+            return s
+        s.answer, s.answer_hash = r.content, r.call_hash
+        s.messages = messages + [{"role": "assistant", "content": r.content}]
+        return s
+
+    # ----- conversations -------------------------------------------------------------------
+    async def run_flow(self, flow: SampledFlow) -> ConversationResult:
+        cid = conversation_id(self.target.name, self.q.query_id, flow.flow_id)
+        steps: list[_Step] = []
+        for k in range(flow.n_moves + 1):
+            s = await self.step(cid, tuple(flow.moves[:k]))
+            steps.append(s)
+            if s.status:
+                break
+        return self._result(cid, flow.flow_id, flow.condition, flow.length, flow.n_moves, steps)
+
+    async def run_oracle(self) -> ConversationResult:
+        cid = conversation_id(self.target.name, self.q.query_id, "oracle")
+        s = _Step(move="oracle", user=self.q.oracle_prompt)
+        key = (prefix_sample_key(TARGET_ROLE, self.target.name, self.q.query_id, ["oracle"])
+               if self.share else conversation_sample_key(TARGET_ROLE, cid, 1))
+        r = await self.gw.chat(self.target, TARGET_ROLE, [{"role": "user", "content": s.user}],
+                               sample_key=key)
+        if r.ok:
+            s.answer, s.answer_hash = r.content, r.call_hash
+        else:
+            s.status, s.error, s.error_hash = _failure("target_error", r)
+        return self._result(cid, "oracle", "oracle", 2, 0, [s])
+
+    def _result(self, cid, fid, condition, length, n_moves, steps: list[_Step]) -> ConversationResult:
+        turns = []
+        for k, s in enumerate(steps):
+            if s.user is not None:
+                turns.append({"conversation_id": cid, "position": 2 * k, "role": "user",
+                              "model_turn": k + 1, "move": s.move, "content": s.user,
+                              "call_hash": s.user_hash})
+            if s.answer is not None:
+                turns.append({"conversation_id": cid, "position": 2 * k + 1, "role": "assistant",
+                              "model_turn": k + 1, "move": s.move, "content": s.answer,
+                              "call_hash": s.answer_hash})
+        last = steps[-1]
+        row = {"conversation_id": cid, "target": self.target.name, "query_id": self.q.query_id,
+               "flow_id": fid, "condition": condition, "length": length, "n_moves": n_moves,
+               "status": last.status or "completed", "error": last.error,
+               "error_call_hash": last.error_hash, "n_turns": len(turns), "run_id": self.run_id}
+        return ConversationResult(row, turns)
+
+
+async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[SampledFlow], *,
+                         share_prefix: bool = True, run_id: str | None = None) -> list[ConversationResult]:
+    """The oracle conversation and one conversation per flow, for one target and query."""
+    qs = QuerySimulation(gateway, target, simulator, q, share_prefix=share_prefix, run_id=run_id)
+    return list(await asyncio.gather(qs.run_oracle(), *(qs.run_flow(f) for f in flows)))
+
+
+def write_results(warehouse, results: list[ConversationResult]) -> int:
+    """Replace each (target, query) slice in ONE transaction: old conversations and turns of
+    the slice go, the new ones land; a reader never sees a half-written conversation."""
+    if not results:
+        return 0
+    from warehouse.schema import Conversation, Turn
+
+    slices = sorted({(r.row["target"], r.row["query_id"]) for r in results})
+    batches: list[tuple] = []
+    for target, qid in slices:
+        batches.append((Turn, [], ("conversation_id IN (SELECT conversation_id FROM conversations "
+                                   "WHERE target = ? AND query_id = ?)", [target, qid])))
+        batches.append((Conversation, [], ("target = ? AND query_id = ?", [target, qid])))
+    ids = [r.row["conversation_id"] for r in results]
+    batches.append((Turn, [], (f"conversation_id IN ({', '.join('?' * len(ids))})", ids)))
+    batches.append((Conversation, [r.row for r in results]))
+    batches.append((Turn, [t for r in results for t in r.turns]))
+    warehouse.write_many(batches)
+    return len(results)
+
+
+def flows_for(cfg, query_id: str) -> list[SampledFlow]:
+    f = cfg.flows
+    return sample_flows(cfg.seed, query_id, tuple(f.lengths), f.bc_per_length, f.nc_per_length)
+
+
+async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:
+    """Every target × the given queries; writes whole (target, query) slices as they finish.
+
+    Returns counts: conversations by status, turns, and the gateway's requests/hits delta."""
+    cfg = ctx.config
+    sim = cfg.role_spec(SIMULATOR_ROLE)
+    targets = cfg.role_specs(TARGET_ROLE)
+    units = [simulate_query(ctx.gateway, t, sim, q, flows_for(cfg, q.query_id),
+                            share_prefix=cfg.flows.share_prefix, run_id=ctx.run_id)
+             for t in targets for q in queries]
+    by_status: dict[str, int] = {}
+    n_turns = 0
+    pending: list[ConversationResult] = []
+
+    def flush():
+        write_results(ctx.warehouse, pending)
+        ctx.flush_calls()
+        pending.clear()
+
+    for fut in asyncio.as_completed(units):
+        results = await fut
+        for r in results:
+            by_status[r.row["status"]] = by_status.get(r.row["status"], 0) + 1
+            n_turns += len(r.turns)
+        pending.extend(results)
+        if progress is not None:
+            progress.advance(len(results))
+        if len(pending) >= FLUSH_EVERY:
+            flush()
+    flush()
+    return {"conversations": by_status, "turns": n_turns}
+
+
+# ----- planning ------------------------------------------------------------------------------
+def _query_calls(flows: list[SampledFlow]) -> dict:
+    """Simulation calls of one (target, query), oracle excluded (the paper's count)."""
+    moves = sum(f.n_moves for f in flows)
+    prefixes = {tuple(f.moves[:k]) for f in flows for k in range(1, f.n_moves + 1)}
+    return {"without": {"targets": len(flows) + moves, "user_simulator": moves},
+            "with": {"targets": 1 + len(prefixes), "user_simulator": len(prefixes)}}
+
+
+def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
+    """Calls per role with and without prefix sharing, counting distinct prefixes.
+
+    Flows are sampled per query id; without ids (a plan before the data is read) the query
+    index is the key, which gives the same distribution but not the exact flows of a run.
+    ``planned`` is what this config sends on a cold cache: with ``share_prefix`` off every
+    conversation samples its own turns, except that a temperature-0 target's identical first
+    answers still coincide in the cache (and everything coincides when both the target and
+    the simulator are at temperature 0). Oracle calls (one per target and query) are counted
+    in ``targets`` of every column.
+    """
+    keys = list(query_ids) if query_ids is not None else [str(i) for i in range(n_queries)]
+    targets = cfg.role_specs(TARGET_ROLE)
+    without = {"targets": 0, "user_simulator": 0}
+    with_ = {"targets": 0, "user_simulator": 0}
+    n_flows = 0
+    first = 0  # first answers, for the share_prefix=False case
+    for qid in keys:
+        flows = flows_for(cfg, qid)
+        n_flows += len(flows)
+        c = _query_calls(flows)
+        for role in without:
+            without[role] += c["without"][role]
+            with_[role] += c["with"][role]
+        first += len(flows)
+    per_target = []
+    sim_t = cfg.role_spec(SIMULATOR_ROLE).temperature if cfg.role_specs(SIMULATOR_ROLE) else 1.0
+    for t in targets:
+        # Greedy models on both sides make every conversation with the same prefix send the
+        # same requests, so the cache shares them whatever the sample keys say.
+        if cfg.flows.share_prefix or (t.temperature == 0 and sim_t == 0):
+            planned = dict(with_)
+        else:
+            planned = dict(without)
+            if t.temperature == 0:
+                planned["targets"] -= first - len(keys)
+        planned["targets"] += len(keys)  # oracle
+        per_target.append({"target": t.name, **planned})
+    T = len(targets)
+    roles = {role: {"without_sharing": T * (without[role] + (len(keys) if role == "targets" else 0)),
+                    "with_sharing": T * (with_[role] + (len(keys) if role == "targets" else 0)),
+                    "planned": sum(p[role] for p in per_target)}
+             for role in ("targets", "user_simulator")}
+    return {
+        "n_queries": len(keys), "n_targets": T, "share_prefix": cfg.flows.share_prefix,
+        "conversations": T * (n_flows + len(keys)),
+        "roles": roles,
+        "saved_by_sharing": sum(r["without_sharing"] - r["with_sharing"] for r in roles.values()),
+        "per_target_simulation": {"without_sharing": sum(without.values()),
+                                  "with_sharing": sum(with_.values())},
+        "per_target": per_target,
+    }
