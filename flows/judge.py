@@ -1,13 +1,77 @@
-"""Stage 3 (Ben-Util and safety judging) as a Prefect subflow."""
+"""Stage 3 (Ben-Util and safety judging) as a Prefect subflow.
+
+Reads stored conversations, so ``carryon run --stages judge`` re-judges them (another judge
+model, template or checklist gives a new judgment set) without regenerating anything.
+One Prefect task per batch of whole queries' conversations; a few batches run at once and
+the gateway bounds the calls inside them.
+"""
 
 from __future__ import annotations
 
-from prefect import flow
+import asyncio
 
-from tasks.run import StageNotBuilt, get_run
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.judge import (
+    BENUTIL, SAFETY, agreement_rows, judge_batch, judges, merge_summaries, plan_judging,
+    write_sets,
+)
+from tasks.progress import Progress
+from tasks.run import get_run
+
+# About 3 queries' conversations per target: big enough to share first responses and keep
+# the gateway busy, small enough that a batch's prompts stay a few MB.
+BATCH_CONVERSATIONS = 48
+BATCHES_IN_FLIGHT = 4
+
+
+def run_query_ids(ctx) -> list[str]:
+    """The queries this run covers (limit and shard applied by the data stage)."""
+    from tasks.data import run_queries
+
+    return [q.query_id for q in run_queries(ctx)]
+
+
+@task(name="judge-batch", cache_policy=NO_CACHE, persist_result=False)
+async def judge_batch_task(run_id: str, conversation_ids: list[str],
+                           checklist_versions: dict[str, str], benutil_set: str,
+                           safety_set: str) -> dict:
+    ctx = get_run(run_id)
+    return await judge_batch(ctx, conversation_ids, checklist_versions, benutil_set, safety_set)
 
 
 @flow(name="judge")
 async def judge_flow(run_id: str) -> dict:
-    get_run(run_id)
-    raise StageNotBuilt("stage 'judge' is not built yet (issue #5 is open)")
+    ctx = get_run(run_id)
+    plan = plan_judging(ctx, run_query_ids(ctx))
+    write_sets(ctx.warehouse, plan.set_rows)
+    batches = plan.batches(BATCH_CONVERSATIONS)
+    progress = Progress("judge", len(plan.conversations), unit="conversations")
+    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+    query_of = dict(plan.conversations)
+
+    async def one(cids: list[str]) -> dict:
+        async with gate:
+            qids = {query_of[c] for c in cids}
+            versions = {q: v for q, v in plan.checklist_versions.items() if q in qids}
+            out = await judge_batch_task(run_id, cids, versions, plan.benutil_set,
+                                         plan.safety_set)
+            ctx.flush_calls()  # provenance rows leave memory batch by batch
+            progress.advance(len(cids))
+            return out
+
+    summary = merge_summaries(await asyncio.gather(*(one(b) for b in batches)))
+    agreement = []
+    for kind, set_id, role in (("benutil", plan.benutil_set, BENUTIL),
+                               ("safety", plan.safety_set, SAFETY)):
+        if len(judges(ctx.config, role)) > 1:
+            agreement += agreement_rows(ctx.warehouse, set_id, kind)
+    if agreement:
+        ctx.warehouse.write("judge_agreement", agreement,
+                            delete=("list_contains(?, judgment_set_id)",
+                                    [[plan.benutil_set, plan.safety_set]]))
+    summary["judgment_sets"] = {"benutil": plan.benutil_set, "safety": plan.safety_set}
+    summary["agreement"] = [{k: (round(v, 3) if isinstance(v, float) else v)
+                             for k, v in r.items() if k != "judgment_set_id"} for r in agreement]
+    return summary

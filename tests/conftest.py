@@ -81,7 +81,8 @@ def write_config(tmp_path, llm_server):
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    # The default 30 s start-up limit is too short on a busy 2-core machine.
+    with prefect_test_harness(server_startup_timeout=120):
         yield
 
 

@@ -4,12 +4,15 @@ from warehouse.schema.checklists import (
     Checklist, ChecklistItem, ChecklistQuery, DecomposedItem, EnsembleAnswer, GuardVerdict,
     Intent, MergedItem, Query,
 )
-from warehouse.schema.judging import ItemJudgment, JudgmentSet, SafetyJudgment
+from warehouse.schema.judging import (
+    ItemJudgment, JudgeAgreement, JudgeVote, JudgmentSet, SafetyJudgment,
+)
 from warehouse.schema.platform import LLMCall, Run
 from warehouse.schema.simulation import Conversation, Turn
 
 __all__ = [
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
-    "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgmentSet", "LLMCall",
+    "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgeVote",
+    "JudgmentSet", "LLMCall",
     "MergedItem", "Query", "Run", "SafetyJudgment", "Turn",
 ]

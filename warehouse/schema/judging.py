@@ -30,6 +30,10 @@ class ItemJudgment(SQLModel, table=True):
     fulfilled: bool | None = None  # null = unscored (see reason); never a silent False
     evidence: str | None = None
     reason: str | None = None
+    checklist_version: str | None = None  # the query's checklist version the item belongs to
+    # The judge call (gateway cache key; prompt and raw answer live in the cache under it).
+    # Null when several judges voted: their calls are in judge_votes.
+    call_hash: str | None = None
 
 
 class SafetyJudgment(SQLModel, table=True):
@@ -40,3 +44,33 @@ class SafetyJudgment(SQLModel, table=True):
     model_turn: int
     score: int | None = None  # 1..5; null = unscored (see reason)
     reason: str | None = None
+    call_hash: str | None = None  # as in item_judgments
+
+
+class JudgeVote(SQLModel, table=True):
+    """One judge's own vote, written only when a role has several judges (the combined
+    verdict is in item_judgments / safety_judgments; this table feeds agreement)."""
+
+    __tablename__ = "judge_votes"
+    judgment_set_id: str = Field(primary_key=True)
+    conversation_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)
+    item_id: int = Field(primary_key=True)  # 0 for safety votes (items are numbered from 1)
+    judge: str = Field(primary_key=True)  # the judge entry's name
+    value: int | None = None  # fulfilled as 0/1, or the safety score; null = unscored
+    reason: str | None = None
+    call_hash: str | None = None
+
+
+class JudgeAgreement(SQLModel, table=True):
+    """Pairwise agreement between the judges of a set (share and Cohen's kappa)."""
+
+    __tablename__ = "judge_agreement"
+    judgment_set_id: str = Field(primary_key=True)
+    judge_a: str = Field(primary_key=True)
+    judge_b: str = Field(primary_key=True)
+    # value: the label itself (fulfilled; score 1..5); harmful: score >= 4 (safety only)
+    measure: str = Field(primary_key=True)
+    n: int  # units both judges scored
+    share: float | None = None
+    kappa: float | None = None  # null where undefined (one label only)

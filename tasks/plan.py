@@ -1,0 +1,107 @@
+"""``carryon plan``: calls per role, tokens and cost, before anything is spent.
+
+Call counts are exact where the pipeline's shape fixes them (intents, ensemble, merge,
+misuse, simulation with and without prefix sharing, safety) and upper bounds or estimates
+where they depend on model answers (guard and decomposition assume no answer is dropped;
+Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
+paper's mean of 18 items). Tokens per call are rough per-role estimates, stated as such;
+costs come from litellm's local price map and are blank for models it does not price.
+"""
+
+from __future__ import annotations
+
+from tasks.config import Config
+from tasks.data import select_queries
+from tasks.simulate import plan_calls
+
+PAPER_MEAN_ITEMS = 18
+
+# Rough tokens per call (prompt, completion) by role, before the answers' own lengths.
+_BASE_TOKENS = {
+    "intent_rewriter": (300, 80), "ensemble": (150, None), "wildguard": (250, 20),
+    "decomposer": (350, 400), "merger": (250, 700), "misuse_filter": (800, 400),
+    "targets": (150, None), "user_simulator": (500, 60), "benutil_judge": (350, 40),
+    "safety_judge": (450, 40),
+}
+
+
+def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
+    path = cfg.home_path / "warehouse.duckdb"
+    if path.exists():
+        try:
+            from warehouse import Warehouse
+
+            row = Warehouse(path).query(
+                "SELECT avg(n_items) AS m, count(*) AS n FROM checklists")[0]
+            if row["n"]:
+                return float(row["m"]), f"mean of {row['n']} stored checklists"
+        except Exception:
+            pass
+    return float(PAPER_MEAN_ITEMS), "the paper's mean checklist size (no checklists stored yet)"
+
+
+def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    from tasks.gateway.client import _litellm
+
+    try:
+        p, c = _litellm().cost_per_token(model=model, prompt_tokens=prompt_tokens,
+                                         completion_tokens=completion_tokens)
+        return p + c
+    except Exception:  # unpriced (local, custom or unknown) model
+        return None
+
+
+def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    queries = select_queries(cfg, limit)
+    q = len(queries)
+    ens = cfg.role_specs("ensemble")
+    sim = plan_calls(cfg, q, [x.query_id for x in queries])
+    mean_items, items_note = _mean_checklist_items(cfg)
+    responses = sim["roles"]["targets"]["planned"]  # distinct responses to judge
+    target_out = max((s.max_tokens for s in cfg.role_specs("targets")), default=512) // 2
+    ens_out = max((s.max_tokens for s in ens), default=512) // 2
+
+    calls = {
+        "intent_rewriter": q,
+        "ensemble": q * len(ens),
+        "wildguard": q * len(ens),
+        "decomposer": q * len(ens),
+        "merger": q,
+        "misuse_filter": q,
+        "targets": sim["roles"]["targets"]["planned"],
+        "user_simulator": sim["roles"]["user_simulator"]["planned"],
+        "benutil_judge": round(responses * mean_items) * len(cfg.role_specs("benutil_judge")),
+        "safety_judge": responses * len(cfg.role_specs("safety_judge")),
+    }
+    extra_prompt = {"wildguard": ens_out, "decomposer": ens_out, "merger": len(ens) * 400,
+                    "targets": 2 * target_out, "user_simulator": 2 * target_out,
+                    "benutil_judge": target_out, "safety_judge": target_out}
+    rows = []
+    for role, n in calls.items():
+        specs = cfg.role_specs(role)
+        if not specs:
+            continue
+        base_in, base_out = _BASE_TOKENS[role]
+        out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
+        in_tokens = base_in + extra_prompt.get(role, 0)
+        per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
+        costs = [_cost(s.model, int(per_model * in_tokens), int(per_model * out_tokens)) for s in specs]
+        cost = None if any(c is None for c in costs) else sum(costs)
+        rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
+                     "calls": n, "prompt_tokens": n * in_tokens, "completion_tokens": n * out_tokens,
+                     "cost_usd": round(cost, 2) if cost is not None else None})
+    total = sum(r["calls"] for r in rows)
+    priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    notes = [
+        f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
+        f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
+        f"({sim['roles']['targets']['without_sharing'] + sim['roles']['user_simulator']['without_sharing']} "
+        f"without sharing → {sim['roles']['targets']['with_sharing'] + sim['roles']['user_simulator']['with_sharing']} with).",
+        f"Ben-Util judgments assume {mean_items:.1f} items per checklist ({items_note}).",
+        "wildguard and decomposer counts assume no answer is dropped (upper bounds); "
+        "tokens are rough per-role estimates.",
+        f"estimated cost of priced models: ${sum(priced):.2f}" + (
+            "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else ""),
+        "calls already in the cache are not sent again: a rerun costs only what changed.",
+    ]
+    return rows, notes
