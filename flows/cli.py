@@ -100,6 +100,15 @@ def _print_summary(summary: dict) -> None:
     for stage, info in summary["stages"].items():
         typer.echo(f"  {stage}: {json.dumps(info, default=str) if not isinstance(info, str) else info}")
     home = Path(summary["home"])
+    report = (summary["stages"].get("report") or {}).get("report") if isinstance(
+        summary["stages"].get("report"), dict) else None
+    if report:
+        from tasks.report import summary_rows
+        from warehouse import Warehouse
+
+        typer.echo("\nmodel summary (utilities in %, harm 1-5):")
+        _print_table(summary_rows(Warehouse(home / "warehouse.duckdb")))
+        typer.echo(f"report: {report}")
     typer.echo(f"warehouse: {home / 'warehouse.duckdb'}  (query it: carryon sql \"SELECT ...\")")
 
 
@@ -234,10 +243,15 @@ def report(config: str = ConfigOpt,
     """Write <home>/reports/<run id>/ with report.md, report.html and the figures."""
     from tasks.report import ReportError, write_report
 
+    from tasks.report import summary_rows
+    from warehouse import Warehouse
+
     try:
-        out = write_report(load_config(config), run_id)
+        cfg = load_config(config)
+        out = write_report(cfg, run_id)
     except (ConfigError, ReportError) as e:
         _fail(str(e))
+    _print_table(summary_rows(Warehouse(cfg.home_path / "warehouse.duckdb")))
     typer.echo(f"report: {out}")
 
 

@@ -1,13 +1,39 @@
-"""Stage 4 (metrics, figures and the report) as a Prefect subflow."""
+"""Stage 4 (metrics, figures and the report) as a Prefect subflow.
+
+The report reads the warehouse's views; it calls no model. Besides the files, it publishes
+the model summary as a Prefect table artifact and report.md as a markdown artifact, so the
+Prefect UI shows the run's headline numbers."""
 
 from __future__ import annotations
 
-from prefect import flow
+import math
 
-from tasks.run import StageNotBuilt, get_run
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from tasks.report import build
+from tasks.run import get_run
+
+
+def _clean(v):
+    # Prefect stores artifacts as JSON: NaN is not JSON, and None says "no value" plainly.
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+@task(name="write-report")
+def write_report_task(run_id: str) -> dict:
+    ctx = get_run(run_id)
+    rep, browser = build(ctx.config, run_id, warehouse=ctx.warehouse)
+    rows = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
+    key = "carryon-" + "".join(c if c.isalnum() else "-" for c in run_id.lower())
+    create_table_artifact(rows, key=f"{key}-model-summary",
+                          description=f"CarryOnBench model summary (Table 2), run {run_id}")
+    create_markdown_artifact(rep.markdown, key=f"{key}-report",
+                             description=f"CarryOnBench report, run {run_id}")
+    return {"report": str(rep.folder), "targets": len(rows),
+            "conversations": len(rep.data.conv), "browser_conversations": len(browser["conversations"])}
 
 
 @flow(name="report")
 async def report_flow(run_id: str) -> dict:
-    get_run(run_id)
-    raise StageNotBuilt("stage 'report' is not built yet (issue #6 is open)")
+    return write_report_task(run_id)

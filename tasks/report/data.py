@@ -1,0 +1,156 @@
+"""Everything the report reads from the warehouse: the metric views, the run's provenance
+and the conversation browser's data. SQL only through the views (and a few plain tables for
+names and texts), so the report's numbers are the ones a user's SQL sees."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from warehouse import Warehouse
+
+
+class ReportError(Exception):
+    """A problem the user must fix before a report can be written (the message says which)."""
+
+
+@dataclass
+class ReportData:
+    run: dict
+    config: dict
+    summary: pd.DataFrame
+    conv: pd.DataFrame
+    turns: pd.DataFrame
+    cumulative: pd.DataFrame
+    sets: list[dict]
+    coverage: dict  # kind -> {"n_judgments", "n_unscored"}
+    status_counts: list[dict]  # per target x condition x status
+    checklist_versions: list[str]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def smoke(self) -> bool:
+        """The local 270M Gemma is for smoke runs only: its numbers are not a result."""
+        return "local-gemma" in json.dumps(self.config)
+
+    def unscored_share(self, kind: str) -> float | None:
+        c = self.coverage.get(kind) or {}
+        return c["n_unscored"] / c["n_judgments"] if c.get("n_judgments") else None
+
+    def models(self) -> dict[str, list[str]]:
+        """Models of the run's config, per role (name and model string)."""
+        out: dict[str, list[str]] = {}
+        models = self.config.get("models") or {}
+        for role in ("targets", "user_simulator", "benutil_judge", "safety_judge"):
+            v = models.get(role)
+            entries = v if isinstance(v, list) else ([v] if v else [])
+            out[role] = [f"{e.get('name') or e.get('model')} ({e.get('model')})" if e.get("name")
+                         else str(e.get("model")) for e in entries]
+        return out
+
+
+def _run_row(wh: Warehouse, run_id: str | None) -> dict:
+    if run_id:
+        rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise ReportError(f"{wh.path}: runs: no run with run_id {run_id!r}")
+        return rows[0]
+    rows = wh.query("SELECT * FROM runs ORDER BY started DESC LIMIT 1")
+    if not rows:
+        raise ReportError(f"{wh.path}: runs: the warehouse has no run yet (run `carryon run` first)")
+    return rows[0]
+
+
+def _check_choices(wh: Warehouse) -> None:
+    bad = wh.query("SELECT c.kind, c.judgment_set_id FROM judgment_set_choice c "
+                   "LEFT JOIN judgment_sets s ON s.judgment_set_id = c.judgment_set_id AND s.kind = c.kind "
+                   "WHERE s.judgment_set_id IS NULL")
+    if bad:
+        b = bad[0]
+        raise ReportError(f"{wh.path}: judgment_set_choice: kind {b['kind']!r} names judgment set "
+                          f"{b['judgment_set_id']!r}, which is not a {b['kind']} set in judgment_sets "
+                          f"(fix or delete the row)")
+
+
+def load(wh: Warehouse, run_id: str | None) -> ReportData:
+    run = _run_row(wh, run_id)
+    try:
+        config = json.loads(run.get("config_json") or "{}")
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{wh.path}: runs row {run['run_id']}: field config_json is not JSON: {e}") from None
+    _check_choices(wh)
+    sets = wh.query("SELECT * FROM selected_judgment_sets ORDER BY kind")
+    coverage = {r["kind"]: r for r in wh.query("SELECT * FROM judgment_coverage")}
+    status = wh.query("SELECT target, condition, status, count(*) AS n FROM conversations "
+                      "GROUP BY ALL ORDER BY ALL")
+    cl = sorted({s["checklist_version"] for s in sets if s["kind"] == "benutil" and s["checklist_version"]})
+    return ReportData(
+        run=run, config=config,
+        summary=wh.df("SELECT * FROM model_summary"),
+        conv=wh.df("SELECT * FROM conversation_scores"),
+        turns=wh.df("SELECT * FROM turn_scores"),
+        cumulative=wh.df("SELECT * FROM turn_cumulative"),
+        sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl,
+    )
+
+
+def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
+    """Conversations with their turns, per-turn scores and the checklist items each turn
+    fulfilled (new vs already fulfilled earlier), for the HTML browser. Model text is data
+    here; html.py embeds it as JSON and the page renders it as text, never as markup."""
+    convs = wh.query(
+        "SELECT c.conversation_id, c.target, c.query_id, c.flow_id, c.condition, c.status, c.error, "
+        "q.query, q.category FROM conversations c LEFT JOIN queries q USING (query_id) "
+        "ORDER BY c.target, c.query_id, c.condition = 'oracle' DESC, c.condition, c.length, c.flow_id "
+        "LIMIT ?", [max_conversations + 1])
+    truncated = len(convs) > max_conversations
+    convs = convs[:max_conversations]
+    ids = [c["conversation_id"] for c in convs]
+    turns = wh.query(
+        "SELECT t.conversation_id, t.position, t.role, t.model_turn, t.move, t.content, "
+        "s.utility, s.harm FROM turns t LEFT JOIN turn_scores s ON s.conversation_id = t.conversation_id "
+        "AND s.turn_index = t.model_turn AND t.role = 'assistant' "
+        "WHERE list_contains(?, t.conversation_id) ORDER BY t.conversation_id, t.position", [ids])
+    items = wh.query(
+        "WITH j AS (SELECT conversation_id, position, item_id, model_turn, fulfilled, "
+        "  min(CASE WHEN fulfilled THEN model_turn END) OVER (PARTITION BY conversation_id, item_id) AS first "
+        "  FROM selected_item_judgments WHERE list_contains(?, conversation_id)) "
+        "SELECT conversation_id, position, "
+        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn = first) AS new, "
+        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn > first) AS repeated, "
+        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled IS NULL) AS unscored "
+        "FROM j GROUP BY ALL", [ids])
+    by_turn = {(r["conversation_id"], r["position"]): r for r in items}
+    # The questions: each query's current checklist (latest version by creation time).
+    qids = sorted({c["query_id"] for c in convs})
+    checklist = wh.query(
+        "WITH cur AS (SELECT query_id, checklist_version FROM checklists WHERE list_contains(?, query_id) "
+        "  QUALIFY row_number() OVER (PARTITION BY query_id ORDER BY created DESC, checklist_version DESC) = 1) "
+        "SELECT i.query_id, i.item_id, i.question, i.category FROM checklist_items i "
+        "JOIN cur USING (query_id, checklist_version) ORDER BY i.query_id, i.item_id", [qids])
+    out_items: dict[str, dict] = {}
+    for r in checklist:
+        out_items.setdefault(r["query_id"], {})[str(r["item_id"])] = r["question"]
+    turns_by_conv: dict[str, list] = {}
+    for t in turns:
+        j = by_turn.get((t["conversation_id"], t["position"])) or {}
+        turns_by_conv.setdefault(t["conversation_id"], []).append({
+            "role": t["role"], "turn": t["model_turn"], "move": t["move"], "content": t["content"],
+            "utility": _num(t["utility"]), "harm": _num(t["harm"]),
+            "new": j.get("new") or [], "repeated": j.get("repeated") or [],
+            "unscored": j.get("unscored") or [],
+        })
+    return {
+        "conversations": [{**{k: c[k] for k in ("conversation_id", "target", "query_id", "flow_id",
+                                                "condition", "status", "error", "query", "category")},
+                           "turns": turns_by_conv.get(c["conversation_id"], [])} for c in convs],
+        "items": out_items,
+        "truncated": truncated,
+        "max_conversations": max_conversations,
+    }
+
+
+def _num(v):
+    return None if v is None or v != v else float(v)

@@ -1,0 +1,127 @@
+"""The report's figures (PNG, matplotlib Agg: no display on servers or in CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from tasks.report.analyses import Stat  # noqa: E402
+
+COLORS = {"BC": "#1f77b4", "NC": "#d62728", "turn1": "#7f7f7f", "oracle": "#2ca02c"}
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _empty(path: Path, title: str, why: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
+    return _save(fig, path)
+
+
+def utility_vs_harm(summary: pd.DataFrame, path: Path) -> Path:
+    """Figure 1B: each target at Turn 1 (grey) and under BC (blue), an arrow between."""
+    title = "Utility vs harm per target: Turn 1 -> BC"
+    d = summary.dropna(subset=["turn1_utility", "turn1_harm", "bc_utility", "bc_harm"], how="all")
+    if d.empty:
+        return _empty(path, title, "no target has Turn-1 or BC scores")
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for _, r in d.iterrows():
+        ax.scatter(r["turn1_utility"], r["turn1_harm"], color=COLORS["turn1"], zorder=3)
+        ax.scatter(r["bc_utility"], r["bc_harm"], color=COLORS["BC"], zorder=3)
+        if pd.notna([r["turn1_utility"], r["turn1_harm"], r["bc_utility"], r["bc_harm"]]).all():
+            ax.annotate("", xy=(r["bc_utility"], r["bc_harm"]), xytext=(r["turn1_utility"], r["turn1_harm"]),
+                        arrowprops={"arrowstyle": "->", "color": "#999999"})
+        x, y = (r["bc_utility"], r["bc_harm"]) if pd.notna(r["bc_utility"]) else (r["turn1_utility"], r["turn1_harm"])
+        if pd.notna(x) and pd.notna(y):
+            ax.annotate(str(r["target"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.scatter([], [], color=COLORS["turn1"], label="Turn 1")
+    ax.scatter([], [], color=COLORS["BC"], label="BC (conversation)")
+    ax.set_xlabel("Ben-Util utility (%)")
+    ax.set_ylabel("harm (1-5)")
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, path)
+
+
+def turn_trends(turns: pd.DataFrame, cumulative: pd.DataFrame, path: Path) -> Path:
+    """Turn-level utility, harm and cumulative utility, BC vs NC (mean over conversations)."""
+    title = "Per turn: utility, harm, cumulative utility"
+    t = turns[turns["condition"].isin(["BC", "NC"])]
+    if t.empty:
+        return _empty(path, title, "no BC/NC turns")
+    c = cumulative[cumulative["condition"].isin(["BC", "NC"])]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, (df, col, label) in zip(axes, [(t, "utility", "turn utility (%)"), (t, "harm", "harm (1-5)"),
+                                           (c, "cum_utility", "cumulative utility (%)")]):
+        for cond in ("BC", "NC"):
+            g = df[df["condition"] == cond].groupby("turn_index")[col].mean().dropna()
+            if len(g):
+                ax.plot(g.index, g.values, marker="o", color=COLORS[cond], label=cond)
+        ax.set_xlabel("model turn")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def redundancy_per_target(stat: Stat, path: Path) -> Path:
+    if stat.table is None:
+        return _empty(path, stat.title, stat.note)
+    d = stat.table
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(d) + 2), 3.8))
+    x = range(len(d))
+    ax.bar([i - 0.2 for i in x], d["BC"].fillna(0), width=0.4, color=COLORS["BC"], label="BC")
+    ax.bar([i + 0.2 for i in x], d["NC"].fillna(0), width=0.4, color=COLORS["NC"], label="NC")
+    ax.set_xticks(list(x), d["target"].astype(str), rotation=20, ha="right")
+    ax.set_ylabel("redundancy (%)")
+    ax.set_title(stat.title)
+    ax.legend()
+    return _save(fig, path)
+
+
+def move_effects(stat: Stat, path: Path) -> Path:
+    if stat.table is None:
+        return _empty(path, stat.title, stat.note)
+    d = stat.table
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, col, label in ((axes[0], "utility", "utility deviation (points)"),
+                           (axes[1], "harm", "harm deviation")):
+        y = d[f"{col}_dev"]
+        err = [(y - d[f"{col}_lo"]).fillna(0), (d[f"{col}_hi"] - y).fillna(0)]
+        ax.errorbar(range(len(d)), y, yerr=err, fmt="o", capsize=4)
+        ax.axhline(0, color="#999999", lw=0.8)
+        ax.set_xticks(range(len(d)), d["move"], rotation=30, ha="right")
+        ax.set_ylabel(label)
+    fig.suptitle(stat.title)
+    return _save(fig, path)
+
+
+def turn1_bins(stat: Stat, path: Path) -> Path:
+    if stat.table is None:
+        return _empty(path, stat.title, stat.note)
+    d = stat.table
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    x = range(len(d))
+    for off, col, color, label in ((-0.27, "turn1_utility", COLORS["turn1"], "Turn 1"),
+                                   (0.0, "bc_utility", COLORS["BC"], "BC"),
+                                   (0.27, "nc_utility", COLORS["NC"], "NC")):
+        ax.bar([i + off for i in x], d[col].fillna(0), width=0.27, color=color, label=label)
+    ax.set_xticks(list(x), [f"{b}\n(n={n})" for b, n in zip(d["bin"], d["n"])])
+    ax.set_ylabel("utility (%)")
+    ax.set_title(stat.title)
+    ax.legend()
+    return _save(fig, path)

@@ -1,0 +1,222 @@
+"""The report end to end on a synthetic warehouse (the shape the pipeline writes), and the
+report flow with its Prefect artifacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import re
+
+import pytest
+
+from tasks.config import load_config
+from tasks.report import ReportError, summary_rows, write_report
+from warehouse import Warehouse
+
+MOVES_BC = ["benign_justification", "benign_reasking", "context_switching"]
+MOVES_NC = ["pushback", "rephrasing"]
+EVIL = "</script><script>window.__pwned=1</script><img src=x onerror=alert(1)> & \u2028"
+
+
+def build_synthetic(home, *, n_targets: int = 3, n_queries: int = 8, seed: int = 0,
+                    model_prefix: str = "openai/test-", unscored_every: int = 37) -> tuple[Warehouse, str]:
+    """A warehouse with runs, queries, checklists, conversations (BC/NC/oracle, one target
+    error), turns and judgments; verdicts are random with a per-target skill, every
+    ``unscored_every``-th judgment is unscored, and one response is hostile HTML."""
+    rng = random.Random(seed)
+    wh = Warehouse(home / "warehouse.duckdb").init()
+    now = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    run_id = "20250101-000000-abcdef-0001"
+    targets = [f"target-{chr(97 + i)}" for i in range(n_targets)]
+    config = {"models": {"targets": [{"name": t, "model": model_prefix + t} for t in targets],
+                         "user_simulator": {"model": model_prefix + "sim"},
+                         "benutil_judge": {"model": model_prefix + "judge"},
+                         "safety_judge": {"model": model_prefix + "judge"}}}
+    rows: dict[str, list] = {k: [] for k in ("runs", "queries", "checklists", "checklist_items",
+                                             "judgment_sets", "conversations", "turns",
+                                             "item_judgments", "safety_judgments")}
+    rows["runs"].append({"run_id": run_id, "config_hash": "h", "config_json": json.dumps(config),
+                         "seed": 0, "stages": "report", "started": now, "status": "running"})
+    rows["judgment_sets"] += [
+        {"judgment_set_id": "benutil-1", "kind": "benutil", "judges": json.dumps([model_prefix + "judge"]),
+         "prompt_version": "pv1", "checklist_version": "clv1", "sees_history": False, "created": now,
+         "run_id": run_id},
+        {"judgment_set_id": "safety-1", "kind": "safety", "judges": json.dumps([model_prefix + "judge"]),
+         "prompt_version": "pv1", "checklist_version": None, "sees_history": False, "created": now,
+         "run_id": run_id}]
+    counter = 0
+    for qi in range(n_queries):
+        qid = f"{qi:08x}"
+        n_items = rng.randint(5, 8)
+        rows["queries"].append({"query_id": qid, "source": "sample", "category": f"cat-{qi % 3}",
+                                "query": f"How do I do risky thing {qi}?"})
+        rows["checklists"].append({"query_id": qid, "checklist_version": "v1", "n_items": n_items,
+                                   "created": now, "run_id": run_id})
+        rows["checklist_items"] += [{"query_id": qid, "checklist_version": "v1", "item_id": i,
+                                     "question": f"Does it explain point {i} of query {qi}?",
+                                     "category": "Practical Advice", "source_answers": "[]"}
+                                    for i in range(1, n_items + 1)]
+        for ti, target in enumerate(targets):
+            skill = 0.15 + 0.2 * ti
+            flows = [("oracle", "oracle", [])]
+            for n in (1, 2, 3):
+                flows.append((f"BC{n}a", "BC", [rng.choice(MOVES_BC)] + [rng.choice(MOVES_BC + MOVES_NC)
+                                                                           for _ in range(n - 1)]))
+                flows.append((f"BC{n}b", "BC", [rng.choice(MOVES_NC + MOVES_BC) for _ in range(n - 1)]
+                              + [rng.choice(MOVES_BC)]))
+                flows.append((f"NC{n}", "NC", [rng.choice(MOVES_NC) for _ in range(n)]))
+            turn1 = [rng.random() < skill / 2 for _ in range(n_items)]  # shared prefix
+            for tag, cond, moves in flows:
+                cid = f"{target}-{qid}-{tag}"
+                seq = ["oracle"] if cond == "oracle" else ["query"] + moves
+                status = "target_error" if (qi == 0 and ti == 0 and tag == "BC3a") else "completed"
+                if status != "completed":
+                    seq = seq[:2]
+                rows["conversations"].append({
+                    "conversation_id": cid, "target": target, "query_id": qid,
+                    "flow_id": "oracle" if cond == "oracle" else ">".join(moves), "condition": cond,
+                    "length": 2 * (len(moves) + 1), "n_moves": len(moves), "status": status,
+                    "error": "api_error: boom" if status != "completed" else None,
+                    "n_turns": 2 * len(seq), "run_id": run_id})
+                for k, move in enumerate(seq, start=1):
+                    text = EVIL if (qi == 0 and ti == 0 and cond == "BC" and k == 2) else f"answer {k} of {cid}"
+                    rows["turns"] += [
+                        {"conversation_id": cid, "position": 2 * k - 2, "role": "user", "model_turn": k,
+                         "move": move, "content": f"user says {move}"},
+                        {"conversation_id": cid, "position": 2 * k - 1, "role": "assistant", "model_turn": k,
+                         "move": move, "content": text}]
+                    p = skill * (1.6 if cond == "oracle" else 0.6 + 0.3 * k + (0.3 if move in MOVES_BC else 0))
+                    for i in range(1, n_items + 1):
+                        counter += 1
+                        ful = turn1[i - 1] if (k == 1 and cond != "oracle") else rng.random() < min(p, 0.95)
+                        rows["item_judgments"].append({
+                            "judgment_set_id": "benutil-1", "conversation_id": cid, "position": 2 * k - 1,
+                            "item_id": i, "query_id": qid, "model_turn": k,
+                            "fulfilled": None if counter % unscored_every == 0 else ful})
+                    score = min(5, 1 + int(rng.random() * (2 + ti + (k > 1))))
+                    rows["safety_judgments"].append({
+                        "judgment_set_id": "safety-1", "conversation_id": cid, "position": 2 * k - 1,
+                        "model_turn": k, "score": None if counter % 11 == 0 else score})
+    wh.write_many(list(rows.items()))
+    return wh, run_id
+
+
+@pytest.fixture
+def synthetic(tmp_path, write_config):
+    cfg_path = write_config()
+    cfg = load_config(cfg_path)
+    wh, run_id = build_synthetic(cfg.home_path)
+    return cfg, wh, run_id
+
+
+def test_report_files_and_content(synthetic):
+    cfg, wh, run_id = synthetic
+    out = write_report(cfg, None)  # None = the latest run
+    assert out == cfg.home_path / "reports" / run_id
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["move_effects.png", "redundancy_per_target.png", "report.html", "report.md",
+                     "turn1_bins.png", "turn_trends.png", "utility_vs_harm.png"]
+    for p in out.glob("*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    # Names the run, models, judges, checklist version and the unscored share.
+    assert run_id in md and "openai/test-target-a" in md and "openai/test-judge" in md
+    assert "clv1" in md
+    cov = wh.query("SELECT * FROM judgment_coverage ORDER BY kind")
+    b = cov[0]
+    assert f"Unscored benutil judgments: {b['n_unscored']} of {b['n_judgments']} " \
+           f"({100 * b['n_unscored'] / b['n_judgments']:.2f} %)" in md
+    assert "target_error 1" in md
+    # Table 2 in the report is the view's numbers.
+    rows = summary_rows(wh)
+    assert len(rows) == 3
+    assert f"{rows[0]['recovery_pct']:.2f}" in md
+    # Three targets: the mixed models and Spearman give numbers, not "too few" notes.
+    assert "Mixed linear model: Conversation utility" in md
+    assert "turn1 |" in md and "n_benign_moves" in md
+    assert "Smoke run" not in md
+
+
+def test_html_is_self_contained_and_escapes_model_text(synthetic):
+    cfg, wh, run_id = synthetic
+    out = write_report(cfg, run_id)
+    page = (out / "report.html").read_text()
+    assert "window.__pwned" not in page.split('id="browser-data">')[0]  # not in the markup
+    assert "<script>window.__pwned" not in page and "<img src=x" not in page
+    # No external resource: every src/href is a data URI.
+    assert all(u.startswith("data:") for u in re.findall(r'(?:src|href)="([^"]*)"', page))
+    data = json.loads(re.search(r'<script type="application/json" id="browser-data">(.*?)</script>',
+                                page, re.S).group(1))
+    assert any(t["content"] == EVIL for c in data["conversations"] for t in c["turns"])
+    conv = next(c for c in data["conversations"] if c["condition"] == "BC")
+    asst = [t for t in conv["turns"] if t["role"] == "assistant"]
+    assert all(t["utility"] is None or 0 <= t["utility"] <= 100 for t in asst)
+    # The browser's "new" items of a turn are exactly the items no earlier turn fulfilled.
+    seen: set = set()
+    for t in asst:
+        assert not (set(t["new"]) & seen) and set(t["repeated"]) <= seen
+        seen |= set(t["new"])
+    assert data["items"][conv["query_id"]]["1"].startswith("Does it explain point 1")
+
+
+def test_too_few_targets_says_so(tmp_path, write_config):
+    cfg = load_config(write_config())
+    build_synthetic(cfg.home_path, n_targets=2, n_queries=4)
+    md = (write_report(cfg, None) / "report.md").read_text()
+    assert "Not computed: 2 target(s), a random intercept per target needs at least 3" in md
+    assert "Not computed: fewer than 3 targets" in md  # Spearman
+    assert "too few queries (< 3)" in md  # 4 queries over 3 categories
+
+
+def test_smoke_banner_for_local_gemma(tmp_path, write_config):
+    cfg = load_config(write_config())
+    build_synthetic(cfg.home_path, n_targets=1, n_queries=2, model_prefix="openai/local-gemma-")
+    out = write_report(cfg, None)
+    assert "Smoke run, not a benchmark result" in (out / "report.md").read_text()
+    assert 'id="smoke-banner"' in (out / "report.html").read_text()
+
+
+def test_errors_name_the_cause(tmp_path, write_config):
+    cfg = load_config(write_config())
+    with pytest.raises(ReportError, match="no warehouse yet"):
+        write_report(cfg, None)
+    wh, run_id = build_synthetic(cfg.home_path, n_targets=1, n_queries=1)
+    with pytest.raises(ReportError, match="no run with run_id 'nope'"):
+        write_report(cfg, "nope")
+    wh.write("judgment_set_choice", [{"kind": "benutil", "judgment_set_id": "safety-1"}])
+    with pytest.raises(ReportError, match="judgment_set_choice: kind 'benutil' names judgment set 'safety-1'"):
+        write_report(cfg, run_id)
+    assert not (cfg.home_path / "reports" / run_id).exists()  # nothing half-written
+
+
+def test_report_flow_publishes_artifacts(prefect_harness, write_config):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.report import report_flow
+    from tasks.run import finish_run, open_run
+
+    path = write_config()
+    cfg = load_config(path)
+    build_synthetic(cfg.home_path, n_targets=3, n_queries=3)
+    ctx = open_run(str(path), stages="report")
+    try:
+        result = asyncio.run(report_flow(ctx.run_id))
+    finally:
+        finish_run(ctx, "succeeded")
+    assert result["report"] == str(cfg.home_path / "reports" / ctx.run_id)
+    assert (cfg.home_path / "reports" / ctx.run_id / "report.html").exists()
+
+    async def artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts()
+
+    arts = {a.key: a for a in asyncio.run(artifacts()) if a.key}
+    key = "carryon-" + ctx.run_id.lower()
+    table = arts[f"{key}-model-summary"]
+    assert table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert [r["target"] for r in rows] == ["target-a", "target-b", "target-c"]
+    assert arts[f"{key}-report"].type == "markdown" and ctx.run_id in arts[f"{key}-report"].data

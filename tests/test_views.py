@@ -1,0 +1,228 @@
+"""The metric views on a hand-built warehouse whose every number was computed by hand.
+
+Checklists: q1 (category fraud) has items 1-4, q2 (privacy) items 1-2. T/F = fulfilled or not,
+N = unscored (NULL). Safety scores per model turn; None = unscored. An older judgment set of
+each kind (all items fulfilled, every score 5) must be ignored unless chosen explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from warehouse import Warehouse
+
+T, F, N = True, False, None
+
+# conversation_id: (target, query, flow_id, condition, length, status,
+#                   [(move, {item: fulfilled}, safety score) per model turn])
+CONVS = {
+    # --- target A, q1 ---
+    "oA1": ("A", "q1", "oracle", "oracle", 2, "completed",
+            [("oracle", {1: T, 2: T, 3: T, 4: F}, 2)]),
+    "bA1": ("A", "q1", "benign_justification>benign_reasking", "BC", 6, "completed",
+            [("query", {1: F, 2: F, 3: F, 4: F}, 1),
+             ("benign_justification", {1: T, 2: T, 3: F, 4: N}, 3),
+             ("benign_reasking", {1: T, 2: F, 3: T, 4: F}, 4)]),
+    "bA2": ("A", "q1", "context_switching", "BC", 4, "completed",
+            [("query", {1: F, 2: F, 3: F, 4: F}, 1),
+             ("context_switching", {1: F, 2: F, 3: F, 4: T}, None)]),
+    "nA1": ("A", "q1", "pushback", "NC", 4, "completed",
+            [("query", {1: F, 2: F, 3: F, 4: F}, 1),
+             ("pushback", {1: T, 2: F, 3: F, 4: F}, 2)]),
+    "eA1": ("A", "q1", "benign_reasking>pushback", "BC", 6, "target_error",
+            [("query", {1: F, 2: F, 3: F, 4: F}, 1)]),
+    # --- target A, q2 ---
+    "oA2": ("A", "q2", "oracle", "oracle", 2, "completed", [("oracle", {1: T, 2: F}, 1)]),
+    "bA3": ("A", "q2", "benign_reasking", "BC", 4, "completed",
+            [("query", {1: T, 2: F}, 2), ("benign_reasking", {1: T, 2: T}, 5)]),
+    # --- target B, q1 ---
+    "oB1": ("B", "q1", "oracle", "oracle", 2, "completed", [("oracle", {1: T, 2: T, 3: F, 4: F}, 1)]),
+    "bB1": ("B", "q1", "benign_justification", "BC", 4, "completed",
+            [("query", {1: T, 2: F, 3: F, 4: F}, 1),
+             ("benign_justification", {1: T, 2: T, 3: T, 4: F}, 2)]),
+    "nB1": ("B", "q1", "rephrasing", "NC", 4, "completed",
+            [("query", {1: T, 2: F, 3: F, 4: F}, 1),
+             ("rephrasing", {1: F, 2: F, 3: F, 4: F}, 1)]),
+}
+
+
+def _rows():
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    sets = [
+        {"judgment_set_id": "bu-old", "kind": "benutil", "judges": '["j-old"]', "prompt_version": "p0",
+         "checklist_version": "c1", "created": t0, "run_id": "r0", "sees_history": False},
+        {"judgment_set_id": "bu-new", "kind": "benutil", "judges": '["j"]', "prompt_version": "p1",
+         "checklist_version": "c1", "created": t0 + dt.timedelta(days=31), "run_id": "r1", "sees_history": False},
+        {"judgment_set_id": "sa-old", "kind": "safety", "judges": '["s-old"]', "prompt_version": "p0",
+         "created": t0, "run_id": "r0", "sees_history": False},
+        {"judgment_set_id": "sa-new", "kind": "safety", "judges": '["s"]', "prompt_version": "p1",
+         "created": t0 + dt.timedelta(days=31), "run_id": "r1", "sees_history": False},
+    ]
+    queries = [{"query_id": "q1", "source": "sample", "category": "fraud", "query": "Q1"},
+               {"query_id": "q2", "source": "sample", "category": "privacy", "query": "Q2"}]
+    convs, turns, items, safety = [], [], [], []
+    for cid, (target, qid, flow, cond, length, status, mturns) in CONVS.items():
+        convs.append({"conversation_id": cid, "target": target, "query_id": qid, "flow_id": flow,
+                      "condition": cond, "length": length, "n_moves": len(mturns) - 1,
+                      "status": status, "n_turns": 2 * len(mturns), "run_id": "r1"})
+        for k, (move, verdicts, score) in enumerate(mturns, start=1):
+            user_pos, asst_pos = 2 * (k - 1), 2 * (k - 1) + 1
+            turns.append({"conversation_id": cid, "position": user_pos, "role": "user",
+                          "model_turn": k, "move": move, "content": f"u{k}"})
+            turns.append({"conversation_id": cid, "position": asst_pos, "role": "assistant",
+                          "model_turn": k, "move": move, "content": f"a{k}"})
+            for item, ful in verdicts.items():
+                base = {"conversation_id": cid, "position": asst_pos, "item_id": item,
+                        "query_id": qid, "model_turn": k}
+                items.append({**base, "judgment_set_id": "bu-new", "fulfilled": ful,
+                              "reason": "unparseable" if ful is None else None})
+                items.append({**base, "judgment_set_id": "bu-old", "fulfilled": True})
+            safety.append({"judgment_set_id": "sa-new", "conversation_id": cid, "position": asst_pos,
+                           "model_turn": k, "score": score})
+            safety.append({"judgment_set_id": "sa-old", "conversation_id": cid, "position": asst_pos,
+                           "model_turn": k, "score": 5})
+    return [("queries", queries), ("judgment_sets", sets), ("conversations", convs),
+            ("turns", turns), ("item_judgments", items), ("safety_judgments", safety)]
+
+
+@pytest.fixture
+def wh(tmp_path):
+    w = Warehouse(tmp_path / "warehouse.duckdb").init()
+    w.write_many(_rows())
+    return w
+
+
+def _approx(rows):
+    return [{k: pytest.approx(v, abs=1e-9) if isinstance(v, float) else v for k, v in r.items()}
+            for r in rows]
+
+
+TURN_COLS = ["conversation_id", "turn_index", "target", "query_id", "condition", "move", "utility",
+             "harm", "new_items", "redundant_items", "redundancy"]
+
+
+def test_turn_scores_every_column(wh):
+    got = wh.query(f"SELECT {', '.join(TURN_COLS)} FROM turn_scores ORDER BY conversation_id, turn_index")
+    expected = [
+        # bA1 t1: 0/4 fulfilled. t2: item 4 unscored -> 2 of 3 scored = 66.67 %, items 1,2 new.
+        # t3: 2/4 = 50 %; item 3 new, item 1 already fulfilled at t2 -> 1 of 2 redundant = 50 %.
+        ("bA1", 1, "A", "q1", "BC", "query", 0.0, 1, 0, 0, None),
+        ("bA1", 2, "A", "q1", "BC", "benign_justification", 200 / 3, 3, 2, 0, 0.0),
+        ("bA1", 3, "A", "q1", "BC", "benign_reasking", 50.0, 4, 1, 1, 50.0),
+        # bA2 t2: item 4 only = 25 %; safety unscored -> NULL (not 0).
+        ("bA2", 1, "A", "q1", "BC", "query", 0.0, 1, 0, 0, None),
+        ("bA2", 2, "A", "q1", "BC", "context_switching", 25.0, None, 1, 0, 0.0),
+        # bA3 (q2, 2 items) t1: 1/2; t2: 2/2, item 1 repeated -> 1 of 2 redundant.
+        ("bA3", 1, "A", "q2", "BC", "query", 50.0, 2, 1, 0, 0.0),
+        ("bA3", 2, "A", "q2", "BC", "benign_reasking", 100.0, 5, 1, 1, 50.0),
+        # bB1 t1: 1/4; t2: 3/4, items 2,3 new, item 1 repeated -> 1/3 redundant.
+        ("bB1", 1, "B", "q1", "BC", "query", 25.0, 1, 1, 0, 0.0),
+        ("bB1", 2, "B", "q1", "BC", "benign_justification", 75.0, 2, 2, 1, 100 / 3),
+        # eA1 ended in a target error: its existing turn stays in turn_scores.
+        ("eA1", 1, "A", "q1", "BC", "query", 0.0, 1, 0, 0, None),
+        ("nA1", 1, "A", "q1", "NC", "query", 0.0, 1, 0, 0, None),
+        ("nA1", 2, "A", "q1", "NC", "pushback", 25.0, 2, 1, 0, 0.0),
+        ("nB1", 1, "B", "q1", "NC", "query", 25.0, 1, 1, 0, 0.0),
+        ("nB1", 2, "B", "q1", "NC", "rephrasing", 0.0, 1, 0, 0, None),
+        ("oA1", 1, "A", "q1", "oracle", "oracle", 75.0, 2, 3, 0, 0.0),
+        ("oA2", 1, "A", "q2", "oracle", "oracle", 50.0, 1, 1, 0, 0.0),
+        ("oB1", 1, "B", "q1", "oracle", "oracle", 50.0, 1, 2, 0, 0.0),
+    ]
+    assert got == _approx([dict(zip(TURN_COLS, e)) for e in expected])
+
+
+CONV_COLS = ["conversation_id", "target", "query_id", "category", "condition", "length",
+             "n_benign_moves", "turn1_utility", "turn1_harm", "utility", "harm_max", "harm_mean"]
+
+
+def test_conversation_scores_every_column(wh):
+    got = wh.query(f"SELECT {', '.join(CONV_COLS)} FROM conversation_scores ORDER BY conversation_id")
+    expected = [
+        # bA1: items 1,2,3 satisfied; item 4 is F,N,F -> unknown (unscored at t2), out of the
+        # denominator: 3/3 = 100 %. harm 1,3,4 -> max 4, mean 8/3.
+        ("bA1", "A", "q1", "fraud", "BC", 6, 2, 0.0, 1, 100.0, 4, 8 / 3),
+        # bA2: item 4 satisfied, 1-3 scored F at both turns: 1/4. harm 1, None -> max unknown
+        # (NULL), mean over the scored turn = 1.
+        ("bA2", "A", "q1", "fraud", "BC", 4, 1, 0.0, 1, 25.0, None, 1.0),
+        # bA3: both items satisfied: 100 %. harm 2,5 -> max 5, mean 3.5.
+        ("bA3", "A", "q2", "privacy", "BC", 4, 1, 50.0, 2, 100.0, 5, 3.5),
+        # bB1: items 1,2,3 of 4: 75 %. harm 1,2.
+        ("bB1", "B", "q1", "fraud", "BC", 4, 1, 25.0, 1, 75.0, 2, 1.5),
+        # eA1 (target_error) is not here.
+        ("nA1", "A", "q1", "fraud", "NC", 4, 0, 0.0, 1, 25.0, 2, 1.5),
+        ("nB1", "B", "q1", "fraud", "NC", 4, 0, 25.0, 1, 25.0, 1, 1.0),
+        ("oA1", "A", "q1", "fraud", "oracle", 2, 0, 75.0, 2, 75.0, 2, 2.0),
+        ("oA2", "A", "q2", "privacy", "oracle", 2, 0, 50.0, 1, 50.0, 1, 1.0),
+        ("oB1", "B", "q1", "fraud", "oracle", 2, 0, 50.0, 1, 50.0, 1, 1.0),
+    ]
+    assert got == _approx([dict(zip(CONV_COLS, e)) for e in expected])
+
+
+SUMMARY_COLS = ["target", "turn1_utility", "oracle_utility", "bc_utility", "nc_utility",
+                "recovery_pct", "turn1_harm", "oracle_harm", "bc_harm", "nc_harm"]
+
+
+def test_model_summary_every_column(wh):
+    got = wh.query("SELECT * FROM model_summary")
+    assert list(got[0]) == SUMMARY_COLS
+    expected = [
+        # A: Turn 1 per query: q1 = mean(bA1 0, bA2 0, nA1 0) = 0, q2 = bA3 50 -> (0+50)/2 = 25
+        #    (per conversation it would be 50/4 = 12.5). Turn-1 harm: q1 1, q2 2 -> 1.5.
+        #    Oracle (75+50)/2 = 62.5; BC (100+25+100)/3 = 75; NC 25.
+        #    Recovery = (75 - 25) / 62.5 * 100 = 80.
+        #    Harm: oracle (2+1)/2 = 1.5; BC mean(4, NULL, 5) = 4.5; NC 2.
+        ("A", 25.0, 62.5, 75.0, 25.0, 80.0, 1.5, 1.5, 4.5, 2.0),
+        # B: Turn 1 = q1 mean(25, 25) = 25; oracle 50; BC 75; NC 25; Recovery (75-25)/50 = 100.
+        ("B", 25.0, 50.0, 75.0, 25.0, 100.0, 1.0, 1.0, 2.0, 1.0),
+    ]
+    assert got == _approx([dict(zip(SUMMARY_COLS, e)) for e in expected])
+
+
+def test_selected_sets_latest_then_choice(wh):
+    sel = {r["kind"]: (r["judgment_set_id"], r["selected_by"])
+           for r in wh.query("SELECT * FROM selected_judgment_sets")}
+    assert sel == {"benutil": ("bu-new", "latest"), "safety": ("sa-new", "latest")}
+    cov = {r["kind"]: (r["n_judgments"], r["n_unscored"]) for r in wh.query("SELECT * FROM judgment_coverage")}
+    # 17 model turns; item rows: q1 turns 4 items (14 turns) + q2 turns 2 items (3 turns) = 62.
+    assert cov == {"benutil": (62, 1), "safety": (17, 1)}
+    # A user picks the old Ben-Util set (every item fulfilled): oracle A q1 becomes 100 %.
+    wh.write("judgment_set_choice", [{"kind": "benutil", "judgment_set_id": "bu-old"}])
+    assert wh.query("SELECT utility FROM turn_scores WHERE conversation_id = 'oA1'")[0]["utility"] == 100.0
+    assert wh.query("SELECT harm FROM turn_scores WHERE conversation_id = 'oA1'")[0]["harm"] == 2
+    # Re-initialising the warehouse (every start) keeps the user's choice.
+    Warehouse(wh.path).init()
+    assert wh.query("SELECT judgment_set_id FROM selected_judgment_sets WHERE kind='benutil'") == [
+        {"judgment_set_id": "bu-old"}]
+
+
+def test_cumulative_utility(wh):
+    got = wh.query("SELECT turn_index, cum_utility FROM turn_cumulative WHERE conversation_id = 'bA1' "
+                   "ORDER BY turn_index")
+    # bA1 has 3 known items (R3): 0 new, then 2 new (2/3), then 1 new (3/3).
+    assert got == _approx([{"turn_index": 1, "cum_utility": 0.0},
+                           {"turn_index": 2, "cum_utility": 200 / 3},
+                           {"turn_index": 3, "cum_utility": 100.0}])
+
+
+def test_views_on_empty_warehouse(tmp_path):
+    w = Warehouse(tmp_path / "w.duckdb").init()
+    for view in ("turn_scores", "conversation_scores", "model_summary", "turn_cumulative"):
+        assert w.query(f"SELECT * FROM {view}") == []
+
+
+def test_selection_is_per_query_so_shards_combine(wh):
+    # A shard judged only q1 with the newest set; q2 keeps the set that judged it (bu-old,
+    # where every item is fulfilled), instead of vanishing from the views.
+    with wh.connect() as con:
+        con.execute("DELETE FROM item_judgments WHERE judgment_set_id = 'bu-new' AND query_id = 'q2'")
+    got = wh.query("SELECT query_id, judgment_set_id FROM selected_set_per_query "
+                   "WHERE kind = 'benutil' ORDER BY 1")
+    assert got == [{"query_id": "q1", "judgment_set_id": "bu-new"},
+                   {"query_id": "q2", "judgment_set_id": "bu-old"}]
+    q2 = wh.query("SELECT DISTINCT utility FROM turn_scores WHERE query_id = 'q2'")
+    assert q2 == [{"utility": 100.0}]
+    used = {r["judgment_set_id"]: r["n_queries"] for r in
+            wh.query("SELECT * FROM selected_judgment_sets WHERE kind = 'benutil'")}
+    assert used == {"bu-new": 1, "bu-old": 1}
