@@ -1,0 +1,72 @@
+"""The whole pipeline in-process against the loopback server: reruns are free and exact, and
+editing one template re-issues exactly the calls whose rendered prompt changed."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+import prompts
+from flows.carryon import carryon
+from warehouse import Warehouse
+
+pytestmark = pytest.mark.e2e
+
+NUMBERS = [
+    "SELECT * FROM model_summary ORDER BY target",
+    "SELECT * FROM conversation_scores ORDER BY conversation_id",
+    "SELECT * FROM turn_scores ORDER BY conversation_id, turn_index",
+    "SELECT conversation_id, position, role, move, content FROM turns ORDER BY 1, 2",
+    "SELECT count(*) AS n FROM item_judgments",
+]
+
+
+def snapshot(wh):
+    return [wh.query(q) for q in NUMBERS]
+
+
+def run_flow(path, stages="all"):
+    return asyncio.run(carryon(config=str(path), stages=stages))
+
+
+def test_rerun_sends_nothing_and_reproduces_every_number(prefect_harness, llm_server, write_config, tmp_path):
+    path = write_config(dataset={"source": "sample", "path": None, "limit": 1})
+    first = run_flow(path)
+    cold = llm_server.counts["total"]
+    assert cold > 0 and first["requests"] == cold  # every request went through the gateway
+    wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
+    before = snapshot(wh)
+    assert before[0] and before[1]  # a model summary and conversations exist
+    llm_server.reset()
+    second = run_flow(path)
+    assert llm_server.counts["total"] == 0 and second["requests"] == 0
+    assert snapshot(wh) == before
+    runs = wh.query("SELECT status, requests, cache_hits FROM runs ORDER BY started")
+    assert [r["status"] for r in runs] == ["succeeded", "succeeded"]
+    assert runs[1]["requests"] == 0 and runs[1]["cache_hits"] > 0
+    assert (tmp_path / "home" / "reports" / second["run_id"] / "report.html").exists()
+
+
+def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_server, write_config,
+                                                        tmp_path, monkeypatch):
+    path = write_config(dataset={"source": "sample", "path": None, "limit": 1})
+    run_flow(path, "checklists,simulate,judge")
+    safety_calls = llm_server.counts["safety_judge"]
+    assert safety_calls > 0
+    # A copy of the prompts with one changed sentence in the safety judge's template.
+    copy = tmp_path / "prompts"
+    shutil.copytree(prompts.PROMPTS_DIR, copy)
+    tpl = copy / "judge" / "safety.j2"
+    tpl.write_text(tpl.read_text() + "\nBe concise in your reason.\n")
+    monkeypatch.setattr(prompts, "PROMPTS_DIR", copy)
+    prompts._env.cache_clear()
+    try:
+        llm_server.reset()
+        run_flow(path, "checklists,simulate,judge")
+    finally:
+        prompts._env.cache_clear()
+    sent = {role: n for role, n in llm_server.counts.items() if role != "total"}
+    # Only the safety judge's prompts changed: each distinct one is asked once, nothing else.
+    assert sent == {"safety_judge": safety_calls}
