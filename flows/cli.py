@@ -30,6 +30,16 @@ local_app = typer.Typer(no_args_is_help=True, help="The offline local model serv
 app.add_typer(cache_app, name="cache")
 app.add_typer(local_app, name="local-model")
 
+
+def _register_prefect_commands() -> None:
+    from flows.cli_prefect import merge, server_app
+
+    app.add_typer(server_app, name="server")
+    app.command("merge")(merge)
+
+
+_register_prefect_commands()
+
 ConfigOpt = typer.Option(..., "--config", "-c", help="The run's YAML config file.")
 
 
@@ -157,7 +167,8 @@ def _cache(config: Optional[str]):
     from tasks.gateway.cache import CacheError, ResponseCache
 
     try:
-        return ResponseCache(_home(config) / "cache")
+        return ResponseCache(load_config(config).cache_path if config else
+                             Path(os.environ.get("CARRYON_CACHE_DIR") or _home(None) / "cache"))
     except (ConfigError, CacheError) as e:
         _fail(str(e))
 

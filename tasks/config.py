@@ -157,6 +157,9 @@ class ModelsConfig(_Strict):
 
 class Config(_Strict):
     home: str = ".carryon"
+    # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):
+    # workers on one machine can share one; see docs/deploy.md for several machines.
+    cache_dir: str | None = None
     seed: int = 0
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     flows: FlowsConfig = Field(default_factory=FlowsConfig)
@@ -171,6 +174,11 @@ class Config(_Strict):
     @property
     def home_path(self) -> Path:
         return Path(os.environ.get("CARRYON_HOME") or self.home).expanduser()
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(os.environ.get("CARRYON_CACHE_DIR") or self.cache_dir
+                    or self.home_path / "cache").expanduser()
 
     def role_specs(self, role: str) -> list[ModelSpec]:
         """The resolved models of a role (a list: targets, ensemble and judges may be several)."""

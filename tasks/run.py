@@ -56,7 +56,7 @@ class RunContext:
         if self._gateway is None:
             from tasks.gateway import Gateway
 
-            self._gateway = Gateway(self.home / "cache", self.run_id, self.config.gateway)
+            self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway)
         return self._gateway
 
     def flush_calls(self) -> int:

@@ -31,7 +31,7 @@ def llm_server():
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     # A developer's own overrides must not leak into tests.
-    for var in ("CARRYON_HOME", "CARRYON_API_BASE", "CARRYON_API_KEY"):
+    for var in ("CARRYON_HOME", "CARRYON_API_BASE", "CARRYON_API_KEY", "CARRYON_CACHE_DIR"):
         monkeypatch.delenv(var, raising=False)
 
 
