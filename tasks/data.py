@@ -127,6 +127,15 @@ class QueryRow:
                 "context": json.dumps(self.context, sort_keys=True) if self.context is not None else None}
 
 
+def _check_text(text: str, where: str, field: str) -> None:
+    """JSON may carry lone surrogates ("\\ud800") that no UTF-8 text can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"{where}: field '{field}': contains an invalid character "
+                        "(a lone UTF-16 surrogate)") from None
+
+
 def query_id(source: str, query: str) -> str:
     return hashlib.sha256(f"{source}\n{query}".encode()).hexdigest()[:16]
 
@@ -191,6 +200,7 @@ def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow
         q = _need(row, "query", str, where, "a string")
         if not q.strip():
             raise DataError(f"{where}: field 'query': empty")
+        _check_text(q, where, "query")
         _check_category(_need(row, "category", str, where, "a string"), where)
         _need(row, "context_intended_to_be_safe", bool, where, "true or false")
         rate = _need(row, "safe_rate", (int, float), where, "a number")
@@ -234,7 +244,10 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
     same exclusion list works for every source. Rows have no context."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Split on newlines only: str.splitlines also breaks at U+2028/U+2029/U+0085, which
+        # JSON allows unescaped inside strings, and would cut a valid line in two.
+        # (Bytes, not read_text: universal newlines would also split at a lone "\r".)
+        lines = [ln.removesuffix("\r") for ln in path.read_bytes().decode("utf-8").split("\n")]
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -264,6 +277,7 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
         q = turns[0]
         if not q.strip():
             raise DataError(f"{where}: field 'turns': empty prompt")
+        _check_text(q, where, "turns")
         if qid in seen_ids:
             raise DataError(f"{where}: field 'question_id': duplicate {qid} (first at line {seen_ids[qid]})")
         if q in seen_q:

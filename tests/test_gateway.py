@@ -247,15 +247,22 @@ def test_role_header_and_text_completion(gateway, llm_server):
     assert llm_server.requests[0]["body"]["prompt"]
 
 
-def test_provenance_records(gateway, llm_server):
+def test_provenance_records(gateway, llm_server, tmp_path):
     s = spec_for(llm_server)
     run(gateway.chat(s, "t", msgs("a")))
     run(gateway.chat(s, "t", msgs("a")))
     recs = gateway.drain_records()
-    assert [r["cache_hit"] for r in recs] == [False, True]
+    # One row per call hash per run: the later hit does not replace the real request's row.
+    assert [r["cache_hit"] for r in recs] == [False]
     assert recs[0]["attempts"] == 1 and recs[0]["prompt_tokens"] > 0 and recs[0]["role"] == "t"
     assert recs[0]["run_id"] == "run-test" and recs[0]["error"] is None
     assert gateway.drain_records() == []
+    run(gateway.chat(s, "t", msgs("a")))  # after a drain too
+    assert gateway.drain_records() == []
+    other_run = Gateway(tmp_path / "cache", "run-2")  # the same cache, a later run
+    run(other_run.chat(s, "t", msgs("a")))
+    assert [(r["run_id"], r["cache_hit"], r["attempts"]) for r in other_run.drain_records()] == [("run-2", True, 0)]
+    other_run.close()
 
 
 def test_api_key_is_sent_but_never_stored(gateway, llm_server, tmp_path, monkeypatch):
