@@ -9,6 +9,7 @@ record per call. Model failures never raise: they come back as a ``CallResult`` 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -77,8 +78,24 @@ class _Stats:
     retries: int = 0
 
 
+@functools.lru_cache(maxsize=512)
+def schema_doc(schema_cls: type[BaseModel]) -> dict:
+    """A model's JSON schema, computed once per class: pydantic rebuilds it on every call
+    (about 0.3 ms), and every structured call needs it for its cache key. Callers must not
+    mutate the returned dict (``response_format_for`` copies it before it leaves the gateway).
+    Bounded: stages build a few classes per query (merge, misuse) and those come and go."""
+    return schema_cls.model_json_schema()
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_json(schema_cls: type[BaseModel]) -> str:
+    return json.dumps(schema_doc(schema_cls))
+
+
 def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | None:
-    schema = schema_cls.model_json_schema()
+    # A fresh copy per request (litellm or a provider adapter may edit the schema it is
+    # handed); parsing the cached JSON is several times cheaper than copy.deepcopy.
+    schema = json.loads(_schema_json(schema_cls))
     if structured == "json_schema":
         return {"type": "json_schema",
                 "json_schema": {"name": schema_cls.__name__, "schema": schema}}
@@ -91,7 +108,7 @@ def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | 
 def _with_schema_instructions(messages: list[dict], schema_cls: type[BaseModel]) -> list[dict]:
     """Fallback for providers without structured output: state the schema in the prompt."""
     note = ("\n\nAnswer with a single JSON object and nothing else. It must match this JSON "
-            "schema:\n" + json.dumps(schema_cls.model_json_schema()))
+            "schema:\n" + _schema_json(schema_cls))
     out = [dict(m) for m in messages]
     out[-1]["content"] = out[-1]["content"] + note
     return out
@@ -146,16 +163,20 @@ class Gateway:
         # shared by stages on different loops (Prefect may run sync tasks in threads) is safe.
         self._limits: dict[tuple, ModelLimits] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
-        self._records: list[dict] = []
+        # Provenance: one row per call hash per run. A hash met again in the same run (a cache
+        # hit after a real request, or a retry after a failure) merges into its row, so a
+        # later hit never erases the attempts, tokens and cost of the real request.
+        self._seen: dict[str, tuple] = {}  # hash -> (cache_hit, attempts, pt, ct, cost, latency)
+        self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
 
     # ----- public API ----------------------------------------------------------------------
     async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
                    schema: type[BaseModel] | None = None, sample_key: str | None = None) -> CallResult:
         """One chat completion. With ``schema`` the answer is validated (``result.parsed``)."""
-        schema_doc = schema.model_json_schema() if schema is not None else None
+        doc = schema_doc(schema) if schema is not None else None
         key = cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
-                        params=spec.generation_params(), schema=schema_doc,
+                        params=spec.generation_params(), schema=doc,
                         structured=spec.structured, sample_key=sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
 
@@ -169,7 +190,8 @@ class Gateway:
 
     def drain_records(self) -> list[dict]:
         """Provenance rows collected since the last drain (one per call hash per run)."""
-        out, self._records = self._records, []
+        out = list(self._pending.values())
+        self._pending = {}
         return out
 
     def close(self) -> None:
@@ -207,13 +229,22 @@ class Gateway:
         return lim
 
     def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
-        self._records.append({
+        prev = self._seen.get(r.call_hash)
+        now = (r.cached, r.attempts, r.prompt_tokens, r.completion_tokens, r.cost_usd, r.latency_s)
+        if prev is not None:
+            if r.cached and not prev[0]:
+                return  # already recorded with its real request; a hit adds nothing
+            if not r.cached:  # a new real request for this hash (the earlier one failed or hit)
+                base = prev if not prev[0] else (False, 0, 0, 0, 0.0, 0.0)
+                now = (False, base[1] + r.attempts, base[2] + r.prompt_tokens,
+                       base[3] + r.completion_tokens, base[4] + r.cost_usd, base[5] + r.latency_s)
+        self._seen[r.call_hash] = now
+        self._pending[r.call_hash] = {
             "run_id": self.run_id, "call_hash": r.call_hash, "role": role, "model": spec.model,
-            "cache_hit": r.cached, "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.completion_tokens, "cost_usd": r.cost_usd,
-            "latency_s": round(r.latency_s, 4), "attempts": r.attempts,
+            "cache_hit": now[0], "attempts": now[1], "prompt_tokens": now[2],
+            "completion_tokens": now[3], "cost_usd": now[4], "latency_s": round(now[5], 4),
             "error": f"{r.error_kind}: {r.error}" if r.error else None,
-        })
+        }
 
     async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
         st = self._stat(role)
