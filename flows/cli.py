@@ -100,6 +100,9 @@ def run(config: str = ConfigOpt,
     except (ConfigError, StageNotBuilt, WarehouseError, CacheError) as e:
         _fail(str(e))
     _print_summary(summary)
+    if any("local-gemma" in spec.model for specs in cfg.all_specs().values() for spec in specs):
+        typer.echo("NOTE: a 270M base model (local Gemma) produced these numbers: a smoke run of "
+                   "the pipeline, not a benchmark result.")
     if summary.get("failures"):
         typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
 
