@@ -182,6 +182,7 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
           n_ctx: int = 4096, threads: int | None = None, timeout_s: float = 180) -> dict:
     """Start the local server (or return the live one already recorded) and wait until ready.
 
+    threads defaults to one fewer than the CPU count (at least 1); port to a free one.
     Returns the record: pid, port, api_base, model ("openai/local-gemma"), ...
     Raises RuntimeError if the extra is missing, the process dies, or it is not
     ready within timeout_s (the log tail is in the message).
@@ -201,8 +202,13 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
 
         t0 = time.monotonic()
         model = model_path or _default_model_path()
+        if not Path(model).is_file():
+            raise RuntimeError(f"model file not found: {model}")
         port = port or _free_port()
-        threads = threads or os.cpu_count() or 1
+        # Leave one core free: llama.cpp threads busy-wait at barriers, so when
+        # they all compete with other processes (the pipeline itself, Prefect)
+        # generation collapses ~10x; one thread fewer degrades gracefully.
+        threads = threads or max(1, (os.cpu_count() or 2) - 1)
         cmd = [sys.executable, "-m", "llama_cpp.server",
                "--model", model, "--model_alias", MODEL_ALIAS,
                "--host", HOST, "--port", str(port),
@@ -225,7 +231,7 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
                                    f"before it was ready; {log} ends with:\n{_log_tail(log)}")
             if time.monotonic() > deadline:
                 _kill(proc.pid)
-                raise RuntimeError(f"local model server not ready after {timeout_s:.0f} s; "
+                raise RuntimeError(f"local model server not ready after {timeout_s:g} s; "
                                    f"{log} ends with:\n{_log_tail(log)}")
             time.sleep(0.25)
 
