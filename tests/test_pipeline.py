@@ -70,3 +70,29 @@ def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_se
     sent = {role: n for role, n in llm_server.counts.items() if role != "total"}
     # Only the safety judge's prompts changed: each distinct one is asked once, nothing else.
     assert sent == {"safety_judge": safety_calls}
+
+
+def test_api_key_never_reaches_warehouse_cache_logs_or_prefect(prefect_harness, llm_server, write_config,
+                                                                tmp_path, monkeypatch, capfd, caplog):
+    secret = "sk-carryon-test-4f9a1c2b7d3e8f6a0b5c"
+    monkeypatch.setenv("CARRYON_API_KEY", secret)
+    path = write_config(dataset={"source": "sample", "path": None, "limit": 1})
+    summary = run_flow(path, "checklists,simulate")
+    # The key was really used: the server saw it.
+    assert any(r["headers"].get("Authorization") == f"Bearer {secret}" for r in llm_server.requests)
+    home = tmp_path / "home"
+    for f in home.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+    out, err = capfd.readouterr()
+    assert secret not in out + err and secret not in caplog.text
+    # Prefect holds only the flow's plain parameters.
+    from prefect.client.orchestration import get_client
+
+    async def params():
+        async with get_client() as client:
+            runs = await client.read_flow_runs()
+            return [r.parameters for r in runs]
+
+    assert secret not in str(asyncio.run(params()))
+    assert summary["requests"] > 0
