@@ -84,7 +84,10 @@ def run(config: str = ConfigOpt,
     import asyncio
 
     from tasks.gateway.cache import CacheError
-    from tasks.run import StageNotBuilt, parse_stages, preflight
+    from tasks.data import DataError
+    from tasks.judge import JudgeError
+    from tasks.report import ReportError
+    from tasks.run import parse_stages, preflight
     from warehouse import WarehouseError
 
     try:  # validate before Prefect starts (its server costs seconds)
@@ -97,7 +100,7 @@ def run(config: str = ConfigOpt,
     try:
         summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
                                       shard_index=shard_index, shard_count=shard_count))
-    except (ConfigError, StageNotBuilt, WarehouseError, CacheError) as e:
+    except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError) as e:
         _fail(str(e))
     _print_summary(summary)
     if any("local-gemma" in spec.model for specs in cfg.all_specs().values() for spec in specs):

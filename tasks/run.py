@@ -208,7 +208,3 @@ def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:
                requests=requests, cache_hits=hits)
     ctx.warehouse.write(Run, [row])
     _RUNS.pop(ctx.run_id, None)
-
-
-class StageNotBuilt(RuntimeError):
-    """A stage whose issue is still open: it says so instead of pretending to run."""
