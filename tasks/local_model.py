@@ -24,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +33,8 @@ import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+
+from tasks.daemons import free_port, log_tail, read_json, write_json_atomic
 
 MODEL_ALIAS = "local-gemma"  # clients use "openai/local-gemma"
 HOST = "127.0.0.1"
@@ -55,18 +55,11 @@ def _record_path(home: Path) -> Path:
 
 
 def _read_record(home: Path) -> dict | None:
-    try:
-        return json.loads(_record_path(home).read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(_record_path(home))
 
 
 def _write_record(home: Path, record: dict) -> None:
-    # Atomic replace so a reader never sees half a file.
-    path = _record_path(home)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(_record_path(home), record)
 
 
 def _remove_record(home: Path) -> None:
@@ -114,19 +107,6 @@ def _answers(port: int, timeout: float = 2.0) -> bool:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def _log_tail(log: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 def _kill(pid: int, grace_s: float = 5.0) -> None:
@@ -204,7 +184,7 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
         model = model_path or _default_model_path()
         if not Path(model).is_file():
             raise RuntimeError(f"model file not found: {model}")
-        port = port or _free_port()
+        port = port or free_port()
         # Leave one core free: llama.cpp threads busy-wait at barriers, so when
         # they all compete with other processes (the pipeline itself, Prefect)
         # generation collapses ~10x; one thread fewer degrades gracefully.
@@ -228,11 +208,11 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
         while not _answers(port, timeout=1.0):
             if proc.poll() is not None:
                 raise RuntimeError(f"local model server exited with code {proc.returncode} "
-                                   f"before it was ready; {log} ends with:\n{_log_tail(log)}")
+                                   f"before it was ready; {log} ends with:\n{log_tail(log, 30)}")
             if time.monotonic() > deadline:
                 _kill(proc.pid)
                 raise RuntimeError(f"local model server not ready after {timeout_s:g} s; "
-                                   f"{log} ends with:\n{_log_tail(log)}")
+                                   f"{log} ends with:\n{log_tail(log, 30)}")
             time.sleep(0.25)
 
         record = {

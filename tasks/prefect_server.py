@@ -34,6 +34,8 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tasks.daemons import free_port, log_tail, read_json, write_json_atomic  # noqa: F401 (free_port is API)
+
 HOST = "127.0.0.1"
 POOL = "carryon-pool"
 PROJECT_DIR = Path(__file__).resolve().parents[1]  # where prefect.yaml and flows/ live
@@ -64,17 +66,11 @@ def _state_path(home: Path) -> Path:
 
 
 def read_state(home: Path) -> dict | None:
-    try:
-        return json.loads(_state_path(home).read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(_state_path(home))
 
 
 def _write_state(home: Path, state: dict) -> None:
-    path = _state_path(home)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    write_json_atomic(_state_path(home), state)
 
 
 # ---------------------------------------------------------------------- processes
@@ -153,13 +149,6 @@ def _spawn(cmd: list[str], log: Path, env: dict, cwd: Path) -> subprocess.Popen:
                                 start_new_session=True, env=env, cwd=str(cwd))
 
 
-def _log_tail(log: Path, n: int = 25) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,12 +157,6 @@ def _port_free(port: int) -> bool:
             return True
         except OSError:
             return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------- API
@@ -273,7 +256,7 @@ def wait_online(home: Path, names: list[str], wait_s: float = 120.0) -> None:
         recs = {w["name"]: w for w in state.get("workers", [])}
         dead = [n for n in names if n not in recs or not _alive(int(recs[n]["pid"]))]
         if dead:
-            logs = "\n".join(f"{recs[n]['log']}:\n{_log_tail(Path(recs[n]['log']))}" for n in dead if n in recs)
+            logs = "\n".join(f"{recs[n]['log']}:\n{log_tail(Path(recs[n]['log']))}" for n in dead if n in recs)
             raise ServerError(f"worker(s) {dead} not running\n{logs}")
         if time.monotonic() > deadline:
             raise ServerError(f"worker(s) {sorted(set(names) - set(online_workers(api_url)))} "
@@ -323,11 +306,11 @@ def _wait_online(api_url: str, proc: subprocess.Popen, record: dict, wait_s: flo
     while name not in online_workers(api_url):
         if proc.poll() is not None:
             raise ServerError(f"worker {name!r} exited with code {proc.returncode}; {log} ends with:\n"
-                              f"{_log_tail(log)}")
+                              f"{log_tail(log)}")
         if time.monotonic() > deadline:
             _kill(proc.pid)
             raise ServerError(f"worker {name!r} not online after {wait_s:.0f} s; {log} ends with:\n"
-                              f"{_log_tail(log)}")
+                              f"{log_tail(log)}")
         time.sleep(0.5)
 
 
@@ -373,11 +356,11 @@ def _start_server(home: Path, port: int, timeout_s: float) -> dict:
     while not healthy(api_url):
         if proc.poll() is not None:
             raise ServerError(f"Prefect server exited with code {proc.returncode}; {log} ends with:\n"
-                              f"{_log_tail(log)}")
+                              f"{log_tail(log)}")
         if time.monotonic() > deadline:
             _kill(proc.pid)
             raise ServerError(f"Prefect server not healthy after {timeout_s:.0f} s; {log} ends with:\n"
-                              f"{_log_tail(log)}")
+                              f"{log_tail(log)}")
         time.sleep(0.3)
     state = {"api_url": api_url, "ui_url": f"http://{HOST}:{port}", "port": port,
              "home": str(home), "prefect_home": str(prefect_dir(home)), "project_dir": str(PROJECT_DIR),
@@ -401,7 +384,7 @@ def _deploy(home: Path, api_url: str, timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             rc = "timeout"
     if rc != 0:
-        raise ServerError(f"`prefect deploy --all` failed ({rc}); {log} ends with:\n{_log_tail(log)}")
+        raise ServerError(f"`prefect deploy --all` failed ({rc}); {log} ends with:\n{log_tail(log)}")
 
 
 def down(home: Path) -> bool:

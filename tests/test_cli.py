@@ -3,7 +3,6 @@ nothing half-written."""
 
 from __future__ import annotations
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 

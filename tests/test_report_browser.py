@@ -11,11 +11,10 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.test_report import EVIL, build_synthetic
+from tests.test_report import build_synthetic
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
