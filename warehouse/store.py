@@ -19,7 +19,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from sqlmodel import SQLModel, create_engine
+from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
 
@@ -63,17 +64,19 @@ class Warehouse:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise WarehouseError(f"{self.path.parent}: cannot create the home folder: {e.strerror}") from None
-        with self._lock:
-            with self.connect():
-                pass  # takes the cross-process lock the same way writers do; creates the file
-            engine = create_engine(f"duckdb:///{self.path}")
+        with self._lock, self.connect() as con:
+            # DDL rendered from the SQLModel classes and run on our own connection, so the
+            # cross-process lock is taken (and waited for) like every other operation.
+            con.execute("BEGIN TRANSACTION")
             try:
-                SQLModel.metadata.create_all(engine)
-            finally:
-                engine.dispose()
-            if VIEWS_SQL.exists():
-                with self.connect() as con:
+                for ddl in _ddl():
+                    con.execute(ddl)
+                if VIEWS_SQL.exists():
                     con.execute(VIEWS_SQL.read_text())
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
         return self
 
     # ----- writes ---------------------------------------------------------------------------------
@@ -122,6 +125,18 @@ class Warehouse:
 
     def count(self, table) -> int:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
+
+
+def _ddl() -> list[str]:
+    """CREATE TABLE / INDEX IF NOT EXISTS for every SQLModel table, in DuckDB's dialect."""
+    from duckdb_engine import Dialect
+
+    dialect = Dialect()
+    out = []
+    for table in SQLModel.metadata.sorted_tables:
+        out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
+        out += [str(CreateIndex(ix, if_not_exists=True).compile(dialect=dialect)) for ix in table.indexes]
+    return out
 
 
 _PK_CACHE: dict[str, list[str]] = {}
