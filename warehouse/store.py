@@ -6,8 +6,8 @@ DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one transaction,
 Metric views live in ``views.sql`` beside this file, so ad-hoc SQL and the report read the
 same numbers.
 
-DuckDB allows one writing process per file; connections are opened per operation and a
-lock held by another process is waited for (bounded), so two runs can take turns.
+DuckDB allows one writing process per file; the file is attached per operation and a lock
+held by another process is waited for (bounded), so two runs can take turns.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metada
 
 VIEWS_SQL = Path(__file__).with_name("views.sql")
 _LOCK_WAIT_S = 60.0
+_ALIAS = "wh"
+
+
+def _sql_str(path: Path) -> str:
+    return str(path).replace("'", "''")
 
 
 class WarehouseError(Exception):
@@ -39,24 +44,53 @@ def _table_name(table) -> str:
 class Warehouse:
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._lock = threading.Lock()  # one writer per process; DuckDB locks across processes
+        # One in-memory DuckDB instance per Warehouse, onto which the file is ATTACHed for
+        # each operation and DETACHed after: that takes and releases DuckDB's cross-process
+        # file lock like a fresh connection would, at ~2.5 ms instead of ~15 ms (creating a
+        # DuckDB instance is the expensive part). The RLock serialises use of the one handle.
+        self._lock = threading.RLock()
+        self._base = None
+        self._depth = 0
 
     # ----- connections -------------------------------------------------------------------------
     @contextlib.contextmanager
     def connect(self, read_only: bool = False):
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
+        with self._lock:
+            if self._depth:  # nested use inside an open operation: same attachment
+                self._depth += 1
+                try:
+                    yield self._base
+                finally:
+                    self._depth -= 1
+                return
+            if self._base is None:
+                self._base = duckdb.connect(":memory:")
+            base = self._base
+            mode = " (READ_ONLY)" if read_only else ""
+            deadline = time.monotonic() + _LOCK_WAIT_S
+            while True:
+                try:
+                    base.execute(f"ATTACH '{_sql_str(self.path)}' AS {_ALIAS}{mode}")
+                    break
+                except duckdb.Error as e:
+                    if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                        raise WarehouseError(f"{self.path}: cannot open the warehouse: "
+                                             f"{str(e).splitlines()[0]}") from None
+                    time.sleep(0.2)
+            base.execute(f"USE {_ALIAS}")
+            self._depth = 1
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
-            except duckdb.IOException as e:
-                if "lock" not in str(e).lower() or time.monotonic() > deadline:
-                    raise WarehouseError(f"{self.path}: cannot open the warehouse: {e}") from None
-                time.sleep(0.2)
-        try:
-            yield con
-        finally:
-            con.close()
+                yield base
+            finally:
+                self._depth = 0
+                with contextlib.suppress(duckdb.Error):
+                    base.execute("ROLLBACK")  # only if a caller left a transaction open
+                base.execute("USE memory")
+                # Detach the warehouse and anything a caller attached (merge sources).
+                for (name,) in base.execute(
+                        "SELECT database_name FROM duckdb_databases() "
+                        "WHERE NOT internal AND database_name <> 'memory'").fetchall():
+                    base.execute(f'DETACH "{name}"')
 
     def init(self) -> "Warehouse":
         """Create missing tables and (re)create the views. Safe to call on every start."""
