@@ -207,6 +207,11 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
     turns, queries = _load_batch(wh, conversation_ids)
     items = _load_items(wh, {q: v for q, v in checklist_versions.items()
                              if q in {t["query_id"] for t in turns}})
+    fingerprint = _batch_fingerprint(benutil_set, safety_set, sees_history, conversation_ids,
+                                     turns, queries, items)
+    done = _already_judged(wh, fingerprint, benutil_set, conversation_ids)
+    if done is not None:
+        return done  # every input unchanged since a fully successful judging: skip in bulk
 
     # The turns to judge, and the distinct requests they need.
     judged: list[dict] = []
@@ -307,12 +312,7 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
     # must not keep judgments of turns that no longer exist.
     where = "judgment_set_id = ? AND list_contains(?, conversation_id)"
     votes_where = "list_contains(?, judgment_set_id) AND list_contains(?, conversation_id)"
-    wh.write_many([
-        ("item_judgments", item_rows, (where, [benutil_set, conversation_ids])),
-        ("safety_judgments", safety_rows, (where, [safety_set, conversation_ids])),
-        ("judge_votes", vote_rows, (votes_where, [[benutil_set, safety_set], conversation_ids])),
-    ])
-    return {
+    summary = {
         "conversations": len(conversation_ids), "turns": len(judged),
         "item_judgments": len(item_rows), "safety_judgments": len(safety_rows),
         "benutil_calls": len(b_keys) * len(bj), "safety_calls": len(s_keys) * len(sj),
@@ -320,6 +320,41 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
         "without_checklist": sorted({t["query_id"] for t in judged
                                      if t["query_id"] not in checklist_versions}),
     }
+    # Only a batch whose every call succeeded may be skipped later: failed calls are not
+    # cached, and a rerun must try them again.
+    all_ok = all(r.ok for r in results)
+    wh.write_many([
+        ("item_judgments", item_rows, (where, [benutil_set, conversation_ids])),
+        ("safety_judgments", safety_rows, (where, [safety_set, conversation_ids])),
+        ("judge_votes", vote_rows, (votes_where, [[benutil_set, safety_set], conversation_ids])),
+        ("judged_batches", [{
+            "fingerprint": fingerprint, "benutil_set": benutil_set, "safety_set": safety_set,
+            "summary": json.dumps(summary), "run_id": ctx.run_id,
+            "created": dt.datetime.now(dt.timezone.utc)}] if all_ok else []),
+    ])
+    return summary
+
+
+def _batch_fingerprint(benutil_set, safety_set, sees_history, conversation_ids, turns, queries,
+                       items) -> str:
+    """A hash of everything a batch's judgments depend on. The set ids already carry the
+    judges, their settings, the prompt version and the checklist versions."""
+    doc = [benutil_set, safety_set, sees_history, sorted(conversation_ids),
+           [(t["conversation_id"], t["position"], t["role"], t["model_turn"], t["content"],
+             t["query_id"]) for t in turns],
+           sorted(queries.items()), sorted((q, list(v)) for q, v in items.items())]
+    return hashlib.sha256(json.dumps(doc, ensure_ascii=False).encode()).hexdigest()
+
+
+def _already_judged(wh, fingerprint: str, benutil_set: str, conversation_ids: list[str]) -> dict | None:
+    """The stored summary if this exact batch was fully judged and its rows are all there."""
+    rows = wh.query("SELECT summary FROM judged_batches WHERE fingerprint = ?", [fingerprint])
+    if not rows:
+        return None
+    summary = json.loads(rows[0]["summary"])
+    present = wh.query("SELECT count(*) AS n FROM item_judgments WHERE judgment_set_id = ? "
+                       "AND list_contains(?, conversation_id)", [benutil_set, conversation_ids])[0]["n"]
+    return summary if present == summary["item_judgments"] else None  # rows deleted: judge again
 
 
 # ----- agreement --------------------------------------------------------------------------------

@@ -396,3 +396,36 @@ def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harne
     finish_run(ctx2, "succeeded")
     assert llm_server.counts["total"] == 0 and summary2["item_judgments"] == 12
     assert wh.count("item_judgments") == 12
+
+
+def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, llm_server):
+    from aiohttp import web
+
+    llm_server.scripts["benutil_judge"] = keyword_judge
+    llm_server.scripts["safety_judge"] = lambda body: web.json_response(
+        {"error": {"message": "bad request"}}, status=400)
+    ctx = make_ctx()
+    seed(ctx.warehouse)
+    run_all(ctx)
+    # A failed call is not cached and the batch is not marked: the rerun asks again.
+    assert ctx.warehouse.count("judged_batches") == 0
+    llm_server.scripts["safety_judge"] = lambda body: json.dumps({"score": 1, "reason": "refuses"})
+    llm_server.reset()
+    _, out = run_all(make_ctx())
+    assert llm_server.counts["safety_judge"] == 4 and llm_server.counts["benutil_judge"] == 0
+    assert ctx.warehouse.count("judged_batches") == 1
+    # Now everything succeeded: the next rerun skips the batch without a single cache lookup,
+    # and returns the same counts.
+    ctx3 = make_ctx()
+    _, again = run_all(ctx3)
+    assert again == out and ctx3.gateway.stats == {}
+    # A changed input (one response's text) is a new fingerprint: judged again.
+    ctx3.warehouse.write("turns", _turns("c3", ["oracle prompt", "now it says alpha"]))
+    _, changed = run_all(make_ctx())
+    assert changed["item_judgments"] == out["item_judgments"]
+    assert ctx.warehouse.count("judged_batches") == 2
+    # Rows deleted by hand: the stored fingerprint no longer vouches for them.
+    with ctx.warehouse.connect() as con:
+        con.execute("DELETE FROM item_judgments WHERE conversation_id = 'c1'")
+    run_all(make_ctx())
+    assert ctx.warehouse.query("SELECT count(*) AS n FROM item_judgments WHERE conversation_id = 'c1'")[0]["n"] == 4

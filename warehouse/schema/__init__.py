@@ -5,14 +5,14 @@ from warehouse.schema.checklists import (
     Intent, MergedItem, Query,
 )
 from warehouse.schema.judging import (
-    ItemJudgment, JudgeAgreement, JudgeVote, JudgmentSet, SafetyJudgment,
+    ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
 from warehouse.schema.platform import LLMCall, Run
 from warehouse.schema.simulation import Conversation, Turn
 
 __all__ = [
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
-    "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgeVote",
+    "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMCall",
     "MergedItem", "Query", "Run", "SafetyJudgment", "Turn",
 ]

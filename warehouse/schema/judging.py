@@ -74,3 +74,17 @@ class JudgeAgreement(SQLModel, table=True):
     n: int  # units both judges scored
     share: float | None = None
     kappa: float | None = None  # null where undefined (one label only)
+
+
+class JudgedBatch(SQLModel, table=True):
+    """A judged batch whose every call succeeded, keyed by a fingerprint of all its inputs
+    (set ids, turns, query texts, checklist items). A rerun that meets the same fingerprint
+    skips the batch in bulk: its rows are already exactly what judging would write."""
+
+    __tablename__ = "judged_batches"
+    fingerprint: str = Field(primary_key=True)
+    benutil_set: str
+    safety_set: str
+    summary: str  # JSON: the batch's counts, returned again when skipped
+    run_id: str
+    created: dt.datetime
