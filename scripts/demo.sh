@@ -19,6 +19,4 @@ cleanup() { if [ "$started" = 1 ]; then $carryon local-model stop --config "$con
 trap cleanup EXIT
 t0=$(date +%s)
 $carryon run --config "$config"
-echo
-echo "NOTE: a 270M base model produced these numbers: a smoke run, not a benchmark result."
 echo "demo wall time (model start included): $(( $(date +%s) - t0 )) s"
