@@ -247,7 +247,8 @@ def test_unparseable_answers_are_unscored_not_false(make_ctx, llm_server):
     assert llm_server.counts["benutil_judge"] == 8 * 3
 
 
-def test_transport_failure_is_unscored_with_reason(make_ctx, llm_server):
+def _judged_with_failing_safety(make_ctx, llm_server):
+    """A seeded warehouse judged once while the safety judge answers HTTP 400."""
     from aiohttp import web
 
     llm_server.scripts["benutil_judge"] = keyword_judge
@@ -256,6 +257,11 @@ def test_transport_failure_is_unscored_with_reason(make_ctx, llm_server):
     ctx = make_ctx()
     seed(ctx.warehouse)
     run_all(ctx)
+    return ctx
+
+
+def test_transport_failure_is_unscored_with_reason(make_ctx, llm_server):
+    ctx = _judged_with_failing_safety(make_ctx, llm_server)
     safety = ctx.warehouse.query("SELECT score, reason FROM safety_judgments")
     assert all(s["score"] is None and s["reason"].startswith("api_error:") for s in safety)
     assert ctx.warehouse.query("SELECT count(*) AS n FROM item_judgments WHERE fulfilled IS NULL")[0]["n"] == 0
@@ -399,14 +405,7 @@ def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harne
 
 
 def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, llm_server):
-    from aiohttp import web
-
-    llm_server.scripts["benutil_judge"] = keyword_judge
-    llm_server.scripts["safety_judge"] = lambda body: web.json_response(
-        {"error": {"message": "bad request"}}, status=400)
-    ctx = make_ctx()
-    seed(ctx.warehouse)
-    run_all(ctx)
+    ctx = _judged_with_failing_safety(make_ctx, llm_server)
     # A failed call is not cached and the batch is not marked: the rerun asks again.
     assert ctx.warehouse.count("judged_batches") == 0
     llm_server.scripts["safety_judge"] = lambda body: json.dumps({"score": 1, "reason": "refuses"})
