@@ -261,9 +261,12 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
     out = {}
     con = duckdb.connect(str(path), read_only=True)
     try:
+        # judged_batches records how work was batched (a skip-if-unchanged fingerprint per
+        # batch): shards batch differently by design, so it is bookkeeping, not data.
         relations = {t.name: [(c.name, str(c.type)) for c in t.columns]
                      for t in SQLModel.metadata.sorted_tables
-                     if "run_id" not in [c.name for c in t.primary_key.columns]}
+                     if "run_id" not in [c.name for c in t.primary_key.columns]
+                     and t.name != "judged_batches"}
         for (view,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             if view == "selected_judgment_sets":  # describes the sets (one per shard), not data
                 continue
