@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -33,6 +34,22 @@ def log_tail(log: Path, n: int = 25) -> str:
         return "\n".join(Path(log).read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return "(no log)"
+
+
+def wait_ready(ready, proc, what: str, log: Path, timeout_s: float, kill,
+               error: type[Exception] = RuntimeError, poll_s: float = 0.3, tail: int = 25) -> None:
+    """Poll ``ready()`` until it is true; if ``proc`` dies first, or ``timeout_s`` passes
+    (then ``kill(proc.pid)``), raise ``error`` naming ``what`` and the log's last lines."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None:
+            raise error(f"{what} exited with code {proc.returncode} before it was ready; "
+                        f"{log} ends with:\n{log_tail(log, tail)}")
+        if time.monotonic() > deadline:
+            kill(proc.pid)
+            raise error(f"{what} not ready after {timeout_s:g} s; {log} ends with:\n"
+                        f"{log_tail(log, tail)}")
+        time.sleep(poll_s)
 
 
 def free_port(host: str = HOST) -> int:

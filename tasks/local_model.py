@@ -34,7 +34,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.daemons import free_port, log_tail, read_json, write_json_atomic
+from tasks.daemons import free_port, read_json, wait_ready, write_json_atomic
 
 MODEL_ALIAS = "local-gemma"  # clients use "openai/local-gemma"
 HOST = "127.0.0.1"
@@ -204,16 +204,8 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
         # Poll until /v1/models answers, the process dies, or we time out.
-        deadline = time.monotonic() + timeout_s
-        while not _answers(port, timeout=1.0):
-            if proc.poll() is not None:
-                raise RuntimeError(f"local model server exited with code {proc.returncode} "
-                                   f"before it was ready; {log} ends with:\n{log_tail(log, 30)}")
-            if time.monotonic() > deadline:
-                _kill(proc.pid)
-                raise RuntimeError(f"local model server not ready after {timeout_s:g} s; "
-                                   f"{log} ends with:\n{log_tail(log, 30)}")
-            time.sleep(0.25)
+        wait_ready(lambda: _answers(port, timeout=1.0), proc, "local model server", log,
+                   timeout_s, _kill, poll_s=0.25, tail=30)
 
         record = {
             "pid": proc.pid,

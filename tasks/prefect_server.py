@@ -34,7 +34,9 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.daemons import free_port, log_tail, read_json, write_json_atomic  # noqa: F401 (free_port is API)
+from tasks.daemons import (  # noqa: F401 (free_port is API)
+    free_port, log_tail, read_json, wait_ready, write_json_atomic,
+)
 
 HOST = "127.0.0.1"
 POOL = "carryon-pool"
@@ -302,16 +304,8 @@ def _spawn_worker(home: Path, state: dict, name: str, env: dict | None, limit: i
 
 def _wait_online(api_url: str, proc: subprocess.Popen, record: dict, wait_s: float) -> None:
     name, log = record["name"], Path(record["log"])
-    deadline = time.monotonic() + wait_s
-    while name not in online_workers(api_url):
-        if proc.poll() is not None:
-            raise ServerError(f"worker {name!r} exited with code {proc.returncode}; {log} ends with:\n"
-                              f"{log_tail(log)}")
-        if time.monotonic() > deadline:
-            _kill(proc.pid)
-            raise ServerError(f"worker {name!r} not online after {wait_s:.0f} s; {log} ends with:\n"
-                              f"{log_tail(log)}")
-        time.sleep(0.5)
+    wait_ready(lambda: name in online_workers(api_url), proc, f"worker {name!r}", log, wait_s,
+               _kill, error=ServerError, poll_s=0.5)
 
 
 def up(home: Path, port: int = 4200, worker: bool = True, worker_limit: int | None = None,
@@ -352,16 +346,8 @@ def _start_server(home: Path, port: int, timeout_s: float) -> dict:
     log = prefect_dir(home) / "server.log"
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
     proc = _spawn(cmd, log, child_env(home, None, {"PREFECT_UI_API_URL": api_url}), PROJECT_DIR)
-    deadline = time.monotonic() + timeout_s
-    while not healthy(api_url):
-        if proc.poll() is not None:
-            raise ServerError(f"Prefect server exited with code {proc.returncode}; {log} ends with:\n"
-                              f"{log_tail(log)}")
-        if time.monotonic() > deadline:
-            _kill(proc.pid)
-            raise ServerError(f"Prefect server not healthy after {timeout_s:.0f} s; {log} ends with:\n"
-                              f"{log_tail(log)}")
-        time.sleep(0.3)
+    wait_ready(lambda: healthy(api_url), proc, "Prefect server", log, timeout_s, _kill,
+               error=ServerError)
     state = {"api_url": api_url, "ui_url": f"http://{HOST}:{port}", "port": port,
              "home": str(home), "prefect_home": str(prefect_dir(home)), "project_dir": str(PROJECT_DIR),
              "server": {"pid": proc.pid, "log": str(log)}, "workers": [],
