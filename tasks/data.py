@@ -26,71 +26,25 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tasks.categories import ALIASES, CATEGORIES, Category, lookup
 from tasks.config import Config, ConfigError
 
 SAMPLE_PATH = Path(__file__).parent / "datasets" / "sample_casebench.json"
 
-# The 45 SORRY-Bench categories (ids "1".."45", SORRY-Bench 2024-06 taxonomy) as CASE-Bench
-# spells them: lower case, without SORRY-Bench's parenthesised examples. This is the list of
-# known CASE-Bench category names; a row whose category is not here is rejected (an unknown
-# name is far more often a corrupted or wrong file than a new category). If the upstream file
-# spells a category differently (it has typos, which we keep as given), add that spelling here.
-SORRYBENCH_CATEGORIES: dict[str, str] = {str(i + 1): name for i, name in enumerate([
-    "personal insulting words",
-    "social-group insulting words",
-    "threatening words",
-    "lewd and obscene words",
-    "libelous words",
-    "self-harm",
-    "violent crimes",
-    "harassment",
-    "sexual crimes",
-    "property crimes",
-    "public order crimes",
-    "impersonation",
-    "general advice for system intrusion",
-    "malware code generation",
-    "fraud, scams, and deception",
-    "financial crimes",
-    "intellectual property infringement",
-    "personal identifiable information violations",
-    "illegal crafting, manufacturing, and distribution",
-    "terrorism",
-    "child-related crimes",
-    "animal-related crimes",
-    "environmental crimes",
-    "evasion of law enforcement",
-    "human elimination & world domination",
-    "advice on adult content",
-    "sexual explicit content generation",
-    "non-sexual explicit content generation",
-    "fake news generation",
-    "false advertising",
-    "advice on discrimination behaviors",
-    "military use",
-    "political belief promotion",
-    "ethical belief promotion",
-    "religion promotion",
-    "social stereotype promotion",
-    "extremist content promotion",
-    "conspiracy theories promotion",
-    "false common knowledge promotion",
-    "harmful & unhealthy behaviors promotion",
-    "medical advice",
-    "financial advice",
-    "legal consulting advice",
-    "governance decision advice",
-    "dangerous machinery operation advice",
-])}
-KNOWN_CASEBENCH_CATEGORIES: frozenset[str] = frozenset(SORRYBENCH_CATEGORIES.values())
+# The categories (ids, canonical names, domains, published spellings) live in tasks.categories.
+# Kept for callers that want the canonical names: id string -> name, and the set of names.
+SORRYBENCH_CATEGORIES: dict[str, str] = {str(c.id): c.name for c in CATEGORIES.values()}
+KNOWN_CASEBENCH_CATEGORIES: frozenset[str] = frozenset(ALIASES)
 
-_CONTEXT_FIELDS = {
+# The fields of a CASE-Bench context, in the order the intent prompt shows them. Every one is
+# optional (the published file lacks ``transmission_principle.urgency`` in about a quarter of
+# its rows): a field may be missing, null, a string, or an object / list of named facts (22
+# published values are objects). A context must carry at least one non-empty field.
+CONTEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "sender": ("nature_of_the_interaction", "platform_type"),
     "recipient": ("type", "background"),
-    "transmission_principle": ("sender_purpose", "confidentiality", "source_accountability"),
+    "transmission_principle": ("urgency", "sender_purpose", "confidentiality", "source_accountability"),
 }
-
-
 class DataError(ConfigError):
     """A problem in a dataset file or the dataset selection; the message names the file, the
     row and the field. (A ConfigError, so every command that reports config problems as a
@@ -101,10 +55,12 @@ class DataError(ConfigError):
 class QueryRow:
     query_id: str
     source: str  # sample | casebench | sorrybench
-    category: str
+    category: str  # canonical SORRY-Bench name (tasks.categories)
     query: str
     context: dict | None  # the safe context (CASE-Bench shape); None for SORRY-Bench
     safe_rate: float | None  # share of CASE-Bench annotators who judged the safe context safe
+    category_id: int | None = None  # SORRY-Bench id 1..45
+    domain: str | None = None  # SORRY-Bench domain of the category
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -113,16 +69,15 @@ class QueryRow:
         """One line that says who asks and why (the recipient's type and background)."""
         if not self.context:
             return "(no context)"
-        rec = self.context.get("recipient", {})
-        background = rec.get("background")
-        if isinstance(background, dict):
-            background = " ".join(str(v) for v in background.values())
-        line = " ".join(f"{rec.get('type', '')}: {background or ''}".split())
+        rec = self.context.get("recipient") or {}
+        rec = rec if isinstance(rec, dict) else {}
+        line = " ".join(f"{flatten_value(rec.get('type'))}: {flatten_value(rec.get('background'))}".split())
         return line if len(line) <= width else line[: width - 1] + "…"
 
     def to_row(self) -> dict:
         """The ``queries`` table row."""
         return {"query_id": self.query_id, "source": self.source, "category": self.category,
+                "category_id": self.category_id, "domain": self.domain,
                 "query": self.query, "safe_rate": self.safe_rate,
                 "context": json.dumps(self.context, sort_keys=True) if self.context is not None else None}
 
@@ -157,26 +112,75 @@ def _as_tuple(types) -> tuple:
     return types if isinstance(types, tuple) else (types,)
 
 
+def flatten_value(value) -> str:
+    """A context value as one line of text (objects as ``key: value`` pairs), for summaries."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ')}: {flatten_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "; ".join(flatten_value(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _check_value(value, where: str, path: str, depth: int = 0) -> None:
+    # Published contexts hold, inside objects of named facts, numbers (an age) and booleans
+    # (a usage flag) too; only a scalar where a field's text belongs is a mistake.
+    if value is None or (depth and isinstance(value, (bool, int, float))):
+        return
+    if isinstance(value, str):
+        _check_text(value, where, path)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_value(v, where, f"{path}.{k}", depth + 1)
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_value(v, where, f"{path}[{i}]", depth + 1)
+        return
+    raise DataError(f"{where}: field '{path}': expected text or an object of named facts, got "
+                    f"{type(value).__name__} {value!r:.40}")
+
+
 def _check_context(ctx: object, where: str) -> dict:
+    """A context object: its three parts are objects when present; every field is optional
+    and may be a string or an object of named facts; at least one field must say something."""
     if not isinstance(ctx, dict):
         raise DataError(f"{where}: field 'context': expected an object, got {type(ctx).__name__}")
-    for part, keys in _CONTEXT_FIELDS.items():
-        sub = _need(ctx, part, dict, f"{where}: context", "an object")
-        for key in keys:
-            # CASE-Bench writes some backgrounds as objects (previous_experience, purpose, ...).
-            types = (str, dict) if key == "background" else str
-            _need(sub, key, types, f"{where}: context.{part}", "a string")
-    tp = ctx["transmission_principle"]
-    if "urgency" in tp and not isinstance(tp["urgency"], str):
-        raise DataError(f"{where}: context.transmission_principle: field 'urgency': expected a string")
+    filled = 0
+    for part in CONTEXT_FIELDS:
+        sub = ctx.get(part)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise DataError(f"{where}: field 'context.{part}': expected an object, got "
+                            f"{type(sub).__name__}")
+        for key, value in sub.items():
+            _check_value(value, where, f"context.{part}.{key}")
+            filled += bool(flatten_value(value).strip())
+    if not filled:
+        raise DataError(f"{where}: field 'context': no field of sender, recipient or "
+                        "transmission_principle has any text")
     return ctx
 
 
-def _check_category(value: str, where: str) -> str:
-    if value not in KNOWN_CASEBENCH_CATEGORIES:
+def _check_category(value: str, where: str) -> Category:
+    cat = lookup(value)
+    if cat is None:
         raise DataError(f"{where}: field 'category': unknown category {value!r} (known: the 45 "
-                        "SORRY-Bench categories in tasks.data.KNOWN_CASEBENCH_CATEGORIES)")
-    return value
+                        "SORRY-Bench categories by name or id, and CASE-Bench's published "
+                        "spellings, in tasks/categories.py)")
+    return cat
+
+
+def _loads(text: str, where: str):
+    try:
+        return json.loads(text)
+    except RecursionError:  # json's C parser recurses per nesting level
+        raise DataError(f"{where}: JSON nested too deeply to be a dataset file") from None
 
 
 # ----- loaders -------------------------------------------------------------------------------
@@ -184,7 +188,7 @@ def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow
     """All queries of a CASE-Bench-shaped file, each with its safe context, in file order."""
     path = Path(path)
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = _loads(path.read_bytes().decode("utf-8-sig"), str(path))
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
@@ -193,6 +197,7 @@ def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow
         raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
     if not isinstance(rows, list):
         raise DataError(f"{path}: expected a JSON array of rows, got {type(rows).__name__}")
+    cats: list[Category] = []
     for i, row in enumerate(rows):
         where = f"{path}: row {i}"
         if not isinstance(row, dict):
@@ -201,7 +206,7 @@ def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow
         if not q.strip():
             raise DataError(f"{where}: field 'query': empty")
         _check_text(q, where, "query")
-        _check_category(_need(row, "category", str, where, "a string"), where)
+        cats.append(_check_category(_need(row, "category", str, where, "a string"), where))
         _need(row, "context_intended_to_be_safe", bool, where, "true or false")
         rate = _need(row, "safe_rate", (int, float), where, "a number")
         if not 0 <= rate <= 1:
@@ -232,9 +237,9 @@ def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow
             raise DataError(f"{path}: row {i}: field 'query': duplicate query (first at row "
                             f"{first_pair[a['query']]})")
         first_pair[a["query"]] = i
-        s = safe[0]
-        out.append(QueryRow(query_id(source, s["query"]), source, s["category"], s["query"],
-                            s["context"], float(s["safe_rate"])))
+        s, cat = safe[0], cats[i]
+        out.append(QueryRow(query_id(source, s["query"]), source, cat.name, s["query"],
+                            s["context"], float(s["safe_rate"]), cat.id, cat.domain))
     return out
 
 
@@ -260,12 +265,12 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
             continue
         where = f"{path}: line {n}"
         try:
-            row = json.loads(line)
+            row = _loads(line, where)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: not valid JSON (column {e.colno}): {e.msg}") from None
         qid = _need(row, "question_id", int, where, "an integer")
         cat = _need(row, "category", str, where, 'a string "1".."45"')
-        if cat not in SORRYBENCH_CATEGORIES:
+        if not cat.strip().isdigit() or lookup(cat) is None:
             raise DataError(f"{where}: field 'category': unknown category {cat!r} (SORRY-Bench "
                             'uses "1".."45")')
         turns = _need(row, "turns", list, where, "a list with the prompt")
@@ -283,8 +288,9 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
         if q in seen_q:
             raise DataError(f"{where}: field 'turns': duplicate query (first at line {seen_q[q]})")
         seen_ids[qid], seen_q[q] = n, n
-        out.append(QueryRow(query_id("sorrybench", q), "sorrybench", SORRYBENCH_CATEGORIES[cat],
-                            q, None, None))
+        c = lookup(cat)
+        out.append(QueryRow(query_id("sorrybench", q), "sorrybench", c.name, q, None, None,
+                            c.id, c.domain))
     return out
 
 
@@ -306,14 +312,14 @@ def select_queries(cfg: Config, limit: int | None = None) -> list[QueryRow]:
     the first ``min(dataset.limit, limit)`` kept."""
     ds = cfg.dataset
     where = cfg.source_path or "config"
-    unknown = [c for c in ds.exclude_categories if c not in KNOWN_CASEBENCH_CATEGORIES]
+    unknown = [c for c in ds.exclude_categories if lookup(c) is None]
     if unknown:  # a typo here would silently exclude nothing
         raise DataError(f"{where}: dataset.exclude_categories: unknown category {unknown[0]!r}")
+    excluded = {lookup(c).id for c in ds.exclude_categories}
     if ds.min_safe_rate is not None and ds.source == "sorrybench":
         raise DataError(f"{where}: dataset.min_safe_rate: SORRY-Bench rows have no safe_rate "
                         "(it comes from CASE-Bench's annotators)")
-    excluded = set(ds.exclude_categories)
-    rows = [r for r in load_source(cfg) if r.category not in excluded
+    rows = [r for r in load_source(cfg) if r.category_id not in excluded
             and (ds.min_safe_rate is None or r.safe_rate >= ds.min_safe_rate)]
     caps = [n for n in (ds.limit, limit) if n is not None]
     return rows[: min(caps)] if caps else rows

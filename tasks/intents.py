@@ -54,16 +54,51 @@ def oracle_prompt(query: str, intent: str) -> str:
     return render("oracle.j2", query=query, intent=intent)
 
 
-def _background(context: dict) -> str:
-    bg = context["recipient"]["background"]
-    if isinstance(bg, dict):  # some CASE-Bench backgrounds are objects of named facts
-        return " ".join(f"{k.replace('_', ' ')}: {v}." for k, v in bg.items())
-    return bg
+def _text(value) -> str:
+    """A context value as prompt text. Objects of named facts (CASE-Bench writes some values
+    that way) become ``key: value.`` sentences, nested objects likewise, lists item by item."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return " ".join(f"{k.replace('_', ' ')}: {_text(v).rstrip('.')}." for k, v in value.items()
+                        if _text(v).strip())
+    if isinstance(value, list):
+        return "; ".join(_text(v) for v in value if _text(v).strip())
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return " ".join(str(value).split())
+
+
+# (label in the prompt, the context fields it shows, joined by "; "), in prompt order.
+_SITUATION = [
+    ("Who the user is", [("recipient", "type"), ("recipient", "background")]),
+    ("Kind of interaction", [("sender", "nature_of_the_interaction")]),
+    ("Platform", [("sender", "platform_type")]),
+    ("Purpose the assistant serves", [("transmission_principle", "sender_purpose")]),
+    ("Confidentiality", [("transmission_principle", "confidentiality")]),
+    ("Urgency", [("transmission_principle", "urgency")]),
+]
+
+
+def situation_lines(context: dict) -> list[tuple[str, str]]:
+    """(label, text) for every situation line whose fields are present: every context field
+    is optional, and a line with nothing to say is left out rather than shown empty."""
+    out = []
+    for label, fields in _SITUATION:
+        parts = []
+        for part, key in fields:
+            sub = context.get(part) or {}
+            text = _text(sub.get(key)) if isinstance(sub, dict) else ""
+            if text:
+                parts.append(text)
+        if parts:
+            out.append((label, "; ".join(parts)))
+    return out
 
 
 def intent_messages(q) -> list[dict]:
     ctx = q.context
-    text = render("intent.j2", query=q.query, context=ctx, background=_background(ctx) if ctx else "")
+    text = render("intent.j2", query=q.query, situation=situation_lines(ctx) if ctx else [])
     return [{"role": "user", "content": text}]
 
 

@@ -68,9 +68,14 @@ BAD_ROWS = [
     (lambda rows: rows[3].__setitem__("category", "fake newz"), ["row 3", "'category'", "unknown category 'fake newz'"]),
     (lambda rows: rows[0].__setitem__("query", "   "), ["row 0", "'query'", "empty"]),
     (lambda rows: rows[0].__setitem__("scores", [1, 3]), ["row 0", "'scores'"]),
-    (lambda rows: rows[0]["context"]["recipient"].pop("type"), ["row 0", "context.recipient", "'type'", "missing"]),
-    (lambda rows: rows[0]["context"].pop("transmission_principle"), ["row 0", "'transmission_principle'"]),
-    (lambda rows: rows[0]["context"]["sender"].__setitem__("platform_type", 3), ["row 0", "'platform_type'"]),
+    (lambda rows: rows[0].__setitem__("context", {"sender": {}, "recipient": {"type": " "}}),
+     ["row 0", "'context'", "no field"]),
+    (lambda rows: rows[0]["context"].__setitem__("transmission_principle", "private"),
+     ["row 0", "'context.transmission_principle'", "expected an object"]),
+    (lambda rows: rows[0]["context"]["sender"].__setitem__("platform_type", 3),
+     ["row 0", "'context.sender.platform_type'", "expected text"]),
+    (lambda rows: rows[0]["context"]["recipient"].__setitem__("background", True),
+     ["row 0", "'context.recipient.background'", "expected text"]),
     (lambda rows: rows[1].__setitem__("context_intended_to_be_safe", True), ["rows 0-1", "exactly one"]),
     (lambda rows: rows[1].__setitem__("query", "Other"), ["row 1", "'query'", "adjacent pairs"]),
     (lambda rows: rows.pop(), ["last row has no partner"]),
@@ -229,7 +234,8 @@ def test_cli_data_table_and_json(tmp_path):
     assert "3 queries selected" in res.output and "Instagram page that impersonates" in res.output
     res = CliRunner().invoke(app, ["data", "--config", str(path), "--json", "--limit", "2"])
     lines = [json.loads(x) for x in res.output.strip().splitlines()]
-    assert len(lines) == 2 and set(lines[0]) == {"query_id", "source", "category", "query", "context", "safe_rate"}
+    assert len(lines) == 2 and set(lines[0]) == {"query_id", "source", "category", "query", "context", "safe_rate",
+                                                 "category_id", "domain"}
 
 
 def test_cli_data_bad_file_is_one_line_error(tmp_path):

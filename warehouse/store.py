@@ -105,6 +105,8 @@ class Warehouse:
             try:
                 for ddl in _ddl():
                     con.execute(ddl)
+                for ddl in _add_missing_columns(con):
+                    con.execute(ddl)
                 if VIEWS_SQL.exists():
                     con.execute(VIEWS_SQL.read_text())
                 con.execute("COMMIT")
@@ -170,6 +172,36 @@ def _ddl() -> list[str]:
     for table in SQLModel.metadata.sorted_tables:
         out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
         out += [str(CreateIndex(ix, if_not_exists=True).compile(dialect=dialect)) for ix in table.indexes]
+    return out
+
+
+def _add_missing_columns(con) -> list[str]:
+    """ALTER TABLE ... ADD COLUMN for columns a newer schema added to an existing table.
+
+    The only migration the warehouse needs so far: new columns are nullable (or have a
+    default), so a warehouse written by an older version gains them as NULL and keeps every
+    row. A column that changed type or a new primary-key column would need more and fails
+    loudly instead (the ALTER raises)."""
+    from duckdb_engine import Dialect
+
+    dialect = Dialect()
+    have: dict[str, set[str]] = {}
+    for t, c in con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                            "WHERE table_catalog = current_database()").fetchall():
+        have.setdefault(t, set()).add(c)
+    out = []
+    for table in SQLModel.metadata.sorted_tables:
+        if table.name not in have:
+            continue
+        for col in table.columns:
+            if col.name in have[table.name]:
+                continue
+            if col.primary_key or (not col.nullable and col.default is None):
+                raise WarehouseError(f"table {table.name}: new column {col.name} is required; "
+                                     "this warehouse was written by an older version and cannot "
+                                     "be migrated in place (start a new home or merge into one)")
+            ctype = col.type.compile(dialect=dialect)
+            out.append(f'ALTER TABLE "{table.name}" ADD COLUMN IF NOT EXISTS "{col.name}" {ctype}')
     return out
 
 

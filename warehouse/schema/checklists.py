@@ -11,10 +11,12 @@ class Query(SQLModel, table=True):
     __tablename__ = "queries"
     query_id: str = Field(primary_key=True)  # hash of source + query text
     source: str  # sample | casebench | sorrybench
-    category: str
+    category: str  # canonical SORRY-Bench name (tasks/categories.py)
     query: str
     context: str | None = None  # JSON of the safe context (CASE-Bench shape)
     safe_rate: float | None = None
+    category_id: int | None = None  # SORRY-Bench id 1..45
+    domain: str | None = None  # SORRY-Bench domain: Hate Speech Generation, ...
 
 
 class Intent(SQLModel, table=True):
