@@ -33,8 +33,16 @@ class ConfigError(Exception):
     """A configuration problem a user must fix; the message names the file and field."""
 
 
+# Seeds are stored as BIGINT and sent to providers as 64-bit integers.
+INT64_MAX = 2**63 - 1
+# A config file larger than this is not a config file (and YAML parsing is not free).
+MAX_CONFIG_BYTES = 1_000_000
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: YAML already gives typed values, so `limit: true` or `seed: "3"` is a mistake to
+    # report, not something to coerce (lax mode would read true as 1). No inf/nan anywhere.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ModelEntry(_Strict):
@@ -46,13 +54,13 @@ class ModelEntry(_Strict):
     api_key_env: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, gt=0)
-    seed: int | None = None
+    max_tokens: int | None = Field(None, gt=0, le=10_000_000)
+    seed: int | None = Field(None, ge=-INT64_MAX - 1, le=INT64_MAX)
     stop: list[str] | None = None
-    max_concurrency: int | None = Field(None, gt=0)
+    max_concurrency: int | None = Field(None, gt=0, le=100_000)
     rpm: float | None = Field(None, gt=0)
-    timeout_s: float | None = Field(None, gt=0)
-    max_retries: int | None = Field(None, ge=0)
+    timeout_s: float | None = Field(None, gt=0, le=86_400)
+    max_retries: int | None = Field(None, ge=0, le=100)
     # How structured output is asked for: json_schema (OpenAI style), json_object with the
     # schema attached (llama.cpp, vLLM), or prompt (schema in the prompt, for providers with
     # neither). The answer is validated against the pydantic model in every case.
@@ -98,7 +106,8 @@ class DatasetConfig(_Strict):
     source: Literal["sample", "casebench", "sorrybench"] = "sample"
     path: str | None = None
     limit: int | None = Field(None, gt=0)
-    exclude_categories: list[str] = Field(default_factory=lambda: list(PAPER_EXCLUDED_CATEGORIES))
+    # Names (canonical or as CASE-Bench spells them) or SORRY-Bench ids 1..45.
+    exclude_categories: list[str | int] = Field(default_factory=lambda: list(PAPER_EXCLUDED_CATEGORIES))
     min_safe_rate: float | None = Field(None, ge=0, le=1)
 
     @model_validator(mode="after")
@@ -109,9 +118,9 @@ class DatasetConfig(_Strict):
 
 
 class FlowsConfig(_Strict):
-    lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12])
-    bc_per_length: int = Field(2, ge=0)
-    nc_per_length: int = Field(1, ge=0)
+    lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12], min_length=1)
+    bc_per_length: int = Field(2, ge=0, le=10_000)
+    nc_per_length: int = Field(1, ge=0, le=10_000)
     # True (paper): conversations that share a prefix share its sampled calls.
     # False: every conversation gets its own sample key (independent conversations).
     share_prefix: bool = True
@@ -136,9 +145,12 @@ class JudgingConfig(_Strict):
 
 
 class GatewayConfig(_Strict):
-    max_parse_retries: int = Field(2, ge=0)
-    backoff_base_s: float = Field(0.5, gt=0)
-    backoff_max_s: float = Field(30.0, gt=0)
+    max_parse_retries: int = Field(2, ge=0, le=20)
+    backoff_base_s: float = Field(0.5, gt=0, le=3600)
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
+    # A model server that refuses connections for this many calls in a row (each after all
+    # its retries) is down: the run stops with one line instead of dropping every query.
+    max_connection_failures: int = Field(3, ge=1, le=10_000)
 
 
 class ModelsConfig(_Strict):
@@ -160,7 +172,7 @@ class Config(_Strict):
     # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):
     # workers on one machine can share one; see docs/deploy.md for several machines.
     cache_dir: str | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=INT64_MAX)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     flows: FlowsConfig = Field(default_factory=FlowsConfig)
     checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
@@ -240,29 +252,56 @@ ROLES = [
 ]
 
 
+_UNION_MEMBERS = {"str", "int", "float", "bool", "ModelEntry", "list[ModelEntry]", "function-after"}
+
+
 def _field_path(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    # pydantic names the member of a union it tried ("exclude_categories.0.str"): not a field.
+    parts = [str(p) for p in loc if str(p) not in _UNION_MEMBERS and not str(p).startswith("function-")]
+    return ".".join(parts) or "(top level)"
+
+
+def _got(err: dict) -> str:
+    value = err.get("input")
+    if isinstance(value, (dict, list)) or err.get("type") in ("missing", "extra_forbidden"):
+        return ""
+    text = repr(value)
+    return f" (got {text[:40] + '…' if len(text) > 40 else text})"
 
 
 def load_config(path: str | Path) -> Config:
     """Read and validate a config file; raise ConfigError naming the file and the field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size} bytes is too large for a config "
+                              f"file (at most {MAX_CONFIG_BYTES})")
+        data = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config: {e.strerror or e}") from None
     try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the "
+                          "config as UTF-8") from None
+    try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        first = " ".join(str(e).split())
+        raise ConfigError(f"{path}: not valid YAML: {first[:300]}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply for a config") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys, not {type(raw).__name__}")
     try:
         cfg = Config.model_validate(raw)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply for a config") from None
     except ValidationError as e:
         first = e.errors()[0]
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-        raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{more}") from None
+        raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{_got(first)}"
+                          f"{more}") from None
     cfg.source_path = str(path)
     names = [s.name for s in cfg.role_specs("targets")]
     dup = {n for n in names if names.count(n) > 1}
