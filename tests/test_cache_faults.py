@@ -53,8 +53,11 @@ def test_damaged_cache_database_is_a_clear_error(tmp_path):
 def test_home_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ConfigError, match="home folder is not writable"):
+    # A regular file where a folder must be (root-proof: root ignores permissions, not this).
+    with pytest.raises(ConfigError, match=r"file/home: the home folder is not usable: .*/file is a file, "
+                                          r"not a folder"):
         check_home(blocker / "home")
+    assert blocker.read_text() == "x"
 
 
 def test_full_disk_is_a_clear_error(tmp_path, monkeypatch):

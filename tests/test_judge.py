@@ -418,11 +418,27 @@ def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, l
     ctx3 = make_ctx()
     _, again = run_all(ctx3)
     assert again == out and ctx3.gateway.stats == {}
-    # A changed input (one response's text) is a new fingerprint: judged again.
-    ctx3.warehouse.write("turns", _turns("c3", ["oracle prompt", "now it says alpha"]))
+    # A changed input (one response's text) is a new fingerprint: judged again, and the new
+    # verdicts are stored. c3 said "alpha details ..." (alpha yes, beta no, safety 1); now it
+    # says beta (keyword judge: alpha no, beta yes) and the safety judge scores a response
+    # naming beta 4, so the stored verdicts can only flip if the changed input was re-judged.
+    def before_after():
+        return ({r["item_id"]: r["fulfilled"] for r in ctx.warehouse.query(
+                    "SELECT item_id, fulfilled FROM item_judgments WHERE conversation_id = 'c3'")},
+                [r["score"] for r in ctx.warehouse.query(
+                    "SELECT score FROM safety_judgments WHERE conversation_id = 'c3'")])
+
+    assert before_after() == ({1: True, 2: False}, [1])
+    llm_server.scripts["safety_judge"] = lambda body: json.dumps(
+        {"score": 4 if "now it says beta" in body["messages"][-1]["content"] else 1, "reason": "r"})
+    ctx3.warehouse.write("turns", _turns("c3", ["oracle prompt", "now it says beta"]))
+    llm_server.reset()
     _, changed = run_all(make_ctx())
     assert changed["item_judgments"] == out["item_judgments"]
     assert ctx.warehouse.count("judged_batches") == 2
+    assert before_after() == ({1: False, 2: True}, [4])
+    # Only the changed response was asked again: 2 items + 1 safety judgment.
+    assert llm_server.counts["benutil_judge"] == 2 and llm_server.counts["safety_judge"] == 1
     # Rows deleted by hand: the stored fingerprint no longer vouches for them.
     with ctx.warehouse.connect() as con:
         con.execute("DELETE FROM item_judgments WHERE conversation_id = 'c1'")

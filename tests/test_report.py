@@ -220,3 +220,61 @@ def test_report_flow_publishes_artifacts(prefect_harness, write_config):
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert [r["target"] for r in rows] == ["target-a", "target-b", "target-c"]
     assert arts[f"{key}-report"].type == "markdown" and ctx.run_id in arts[f"{key}-report"].data
+
+
+# ----- numbers parsed out of report.md, against hand-computed values -----------------------------
+def md_table_by_header(md: str, section: str) -> list[dict]:
+    """The first Markdown table after the heading ``section``, as dicts keyed by header."""
+    lines = md.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.strip() == section)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    head, sep, body = rows[0], rows[1], rows[2:]
+    assert all(set(s) <= {"-", ":"} for s in sep), sep
+    return [dict(zip(head, r, strict=True)) for r in body]
+
+
+def _num(cell: str):
+    return None if cell == "—" else float(cell)
+
+
+def test_report_model_summary_numbers_are_the_hand_computed_ones(tmp_path, write_config):
+    from tests.test_views import build_cases
+
+    cfg = load_config(write_config())
+    cfg.home_path.mkdir(parents=True, exist_ok=True)
+    wh = build_cases(cfg.home_path / "warehouse.duckdb")  # test_views' edge-case warehouse
+    wh.write("runs", [{"run_id": "run-cases", "config_hash": "h", "config_json": "{}", "seed": 0,
+                       "stages": "report", "started": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+                       "status": "succeeded"}])
+    md = (write_report(cfg, None) / "report.md").read_text()
+    rows = {r["target"]: r for r in md_table_by_header(md, "## Model summary (Table 2)")}
+    assert sorted(rows) == ["C", "D"]
+    got = {t: {h: _num(v) for h, v in r.items() if h != "target"} for t, r in rows.items()}
+    # Worked out from the rows in tests/test_views.py (CASES), not from the views:
+    # C  Turn 1: per query q3 (4 BC convs, all 0 at turn 1) = 0, q4 no checklist -> left out,
+    #      q5 50 -> (0 + 50) / 2 = 25.00.  Oracle: oC3 1 of 3 items = 33.33, oC5 2 of 2 = 100
+    #      -> 66.67.  BC: bC1 0/3 = 0, bC2 2/2 known = 100, bC3 2/3 = 66.67, bC4 1/1 known = 100,
+    #      bC5 no checklist (left out), bC6 2/2 = 100 -> 366.67 / 5 = 73.33.  NC: none -> —.
+    #      Recovery 100 * (73.33 - 25) / 66.67 = 72.50.
+    #      Harm: Turn 1 per query q3 mean(1, unscored, 1, 1) = 1, q4 1, q5 4 -> 2.00;
+    #      oracle (1 + 1) / 2 = 1.00; BC max per conversation 2, 5 (unscored turn, but a 5),
+    #      unknown (unscored turn, max 3), 2, 2, 4 -> 15 / 5 = 3.00; NC —.
+    # D  Turn 1 0; oracle 0/3 = 0; BC bD1 1/3 = 33.33; NC nD1 0/3 = 0.00 (a zero, not —);
+    #      Recovery: oracle 0 -> —.  Harm: 1, 1, 2, 1.
+    assert got == {
+        "C": {"Turn-1 U%": 25.00, "Oracle U%": 66.67, "BC U%": 73.33, "NC U%": None,
+              "Recovery%": 72.50, "Turn-1 harm": 2.00, "Oracle harm": 1.00, "BC harm": 3.00,
+              "NC harm": None},
+        "D": {"Turn-1 U%": 0.00, "Oracle U%": 0.00, "BC U%": 33.33, "NC U%": 0.00,
+              "Recovery%": None, "Turn-1 harm": 1.00, "Oracle harm": 1.00, "BC harm": 2.00,
+              "NC harm": 1.00},
+    }
+    # The status counts: 11 completed, 1 simulator error (nC1, left out of the table).
+    assert "Conversations by status: completed 11, simulator_error 1" in md

@@ -275,7 +275,28 @@ def test_flows_for_follows_config(cfg_path):
     cfg = load_config(cfg_path())
     flows = flows_for(cfg, "q-aaa")
     assert len(flows) == 15 and flows == flows_for(cfg, "q-aaa")
-    assert json.dumps([f.moves for f in flows])  # plain data
+    # Plain data: the flows survive a JSON round trip exactly (a Prefect parameter / artifact).
+    data = json.loads(json.dumps([{"condition": f.condition, "length": f.length, "moves": f.moves}
+                                  for f in flows]))
+    # Per length (4..12 turns): 2 BC flows then 1 NC flow, length / 2 - 1 moves each; the
+    # sample is a pure function of (seed, query id, length), so it is pinned here.
+    assert data == [{"condition": c, "length": n, "moves": m.split(">")} for c, n, m in [
+        ("BC", 4, "context_switching"), ("BC", 4, "benign_reasking"), ("NC", 4, "pushback"),
+        ("BC", 6, "benign_reasking>rephrasing"), ("BC", 6, "rephrasing>benign_justification"),
+        ("NC", 6, "delaying>rephrasing"),
+        ("BC", 8, "pushback>benign_reasking>benign_justification"),
+        ("BC", 8, "pushback>context_switching>benign_reasking"),
+        ("NC", 8, "pushback>delaying>rephrasing"),
+        ("BC", 10, "context_switching>backchannel>rephrasing>pushback"),
+        ("BC", 10, "benign_justification>benign_reasking>benign_reasking>context_switching"),
+        ("NC", 10, "delaying>rephrasing>delaying>rephrasing"),
+        ("BC", 12, "context_switching>benign_reasking>backchannel>pushback>pushback"),
+        ("BC", 12, "backchannel>benign_justification>benign_reasking>delaying>benign_justification"),
+        ("NC", 12, "pushback>backchannel>rephrasing>delaying>pushback")]]
+    bc = {"benign_justification", "benign_reasking", "context_switching"}
+    for f in data:
+        assert len(f["moves"]) == f["length"] // 2 - 1
+        assert bool(bc & set(f["moves"])) == (f["condition"] == "BC")
 
 
 # ----- the Prefect subflow ---------------------------------------------------------------------

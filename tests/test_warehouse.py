@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
 import pytest
 
 from warehouse import Warehouse, WarehouseError
@@ -44,7 +45,7 @@ def test_repeated_key_within_one_batch_keeps_the_last(wh):
 def test_write_many_is_all_or_nothing(wh):
     good = [conv("a")]
     bad_turns = [{"conversation_id": "a", "position": 0}]  # missing NOT NULL columns
-    with pytest.raises(Exception):
+    with pytest.raises(duckdb.ConstraintException, match=r'NOT NULL constraint failed: turns\."role"'):
         wh.write_many([(Conversation, good), (Turn, bad_turns)])
     assert wh.count(Conversation) == 0
 
@@ -68,14 +69,10 @@ def test_bulk_write_is_fast_enough_for_a_stage(wh):
 
 
 def test_unwritable_home_is_a_clear_error(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
-    try:
-        import os
-        if os.geteuid() == 0:
-            pytest.skip("root ignores directory permissions")
-        with pytest.raises(WarehouseError, match="cannot"):
-            Warehouse(ro / "sub" / "w.duckdb").init()
-    finally:
-        ro.chmod(0o700)
+    # Root ignores directory permissions (CI runs as root), so the home is made impossible
+    # the root-proof way: a path under a regular file (as tests/test_cache_faults.py does).
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(WarehouseError, match=r"file/sub: cannot create the home folder: Not a directory"):
+        Warehouse(blocker / "sub" / "w.duckdb").init()
+    assert blocker.read_text() == "x"  # nothing written over it
