@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import secrets
 import socket
 import subprocess
@@ -57,6 +58,9 @@ class RunContext:
             from tasks.gateway import Gateway
 
             self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway)
+            from tasks.progress import set_activity
+
+            set_activity(self._gateway.activity)  # heartbeat lines say what the models did
         return self._gateway
 
     def flush_calls(self) -> int:
@@ -105,6 +109,7 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
 
 
 def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
+    check_folders(cfg)
     if any(s in stages for s in ("checklists", "simulate", "judge")):
         from tasks.data import select_queries
 
@@ -125,20 +130,38 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
                                   f"{spec.api_base} is unreachable: {seen[spec.api_base]}")
 
 
-def check_home(home: Path) -> None:
-    """The home folder must exist (or be creatable) and accept writes: a read-only or full
-    disk fails here, with the path and the reason, before any stage starts."""
+def check_home(home: Path, what: str = "home folder") -> None:
+    """The folder must exist (or be creatable) and accept writes: a file in its place, a
+    read-only, virtual (/proc) or full disk fails here, with the path and the reason, before
+    any stage starts (and before Prefect's server is started)."""
+    home = Path(home)
+    for p in (home, *home.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"{home}: the {what} is not usable: {p} is a file, not a folder")
+            break
     probe = home / f".write-probe-{secrets.token_hex(4)}"
     try:
         home.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"x" * 4096)
     except OSError as e:
-        raise ConfigError(f"{home}: the home folder is not writable: {e.strerror or e}") from None
+        raise ConfigError(f"{home}: the {what} is not writable: {e.strerror or e}") from None
     finally:
         try:
             probe.unlink()
         except OSError:
             pass
+
+
+def check_folders(cfg: Config) -> None:
+    """The home and the cache folder (they may differ) both accept writes."""
+    where = cfg.source_path or "config"
+    for path, what, field_ in ((cfg.home_path, "home folder", "home"),
+                               (cfg.cache_path, "cache folder", "cache_dir")):
+        try:
+            check_home(path, what)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {field_}: {e}") from None
 
 
 def git_revision() -> str | None:
@@ -183,12 +206,13 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
     check_home(cfg.home_path)
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
     run_id = new_run_id(cfg)
+    mark_interrupted(wh, run_id)  # rows left 'running' by a process that is gone
     wh.write(Run, [{
         "run_id": run_id, "config_path": str(config_path), "config_hash": cfg.config_hash(),
         "config_json": json.dumps(cfg.model_dump(mode="json"), sort_keys=True),
         "git_rev": git_revision(), "packages": json.dumps(package_versions()), "seed": cfg.seed,
         "stages": ",".join(selected), "started": dt.datetime.now(dt.timezone.utc),
-        "status": "running",
+        "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
     }])
     ctx = RunContext(run_id=run_id, config=cfg, warehouse=wh, stages=selected, limit=limit,
                      shard_index=shard_index, shard_count=shard_count)
@@ -208,3 +232,79 @@ def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:
                requests=requests, cache_hits=hits)
     ctx.warehouse.write(Run, [row])
     _RUNS.pop(ctx.run_id, None)
+
+
+# ----------------------------------------------------------------------------- dead runs
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def process_started(pid: int) -> float | None:
+    """When process ``pid`` started (Unix time, to a clock tick), or None where /proc has no
+    answer; raises ProcessLookupError if it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except FileNotFoundError:
+        raise ProcessLookupError(pid) from None
+    except (OSError, IndexError):
+        return None
+    if stat[0] in ("Z", "X"):
+        raise ProcessLookupError(pid)
+    boot = _boot_time()
+    if boot is None:
+        return None
+    return boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def run_process_alive(pid: int | None, started: dt.datetime | None, slack_s: float = 2.0) -> bool:
+    """Whether the process that wrote a runs row on this host may still be running it.
+
+    Alive means: the pid exists, is not a zombie, and started no later than the row did
+    (``slack_s`` for clock ticks). A live pid that started after the row is another process
+    that reused the number, so the run's own process is gone. Whether the process "is
+    carryon" is not asked: a run can live in any Python process (``carryon run``, a
+    worker's ``python -m prefect.engine``, a notebook, pytest); the start time identifies it.
+    A row with no pid (written before pids were recorded) counts as alive: it is left alone.
+    """
+    if not pid or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's
+    try:
+        t0 = process_started(pid)
+    except ProcessLookupError:
+        return False
+    if t0 is None or started is None:
+        return True  # no /proc (not Linux): the pid exists, trust it
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=dt.timezone.utc)  # the warehouse stores UTC
+    return t0 <= started.timestamp() + slack_s
+
+
+def mark_interrupted(wh: Warehouse, found_by: str, now: dt.datetime | None = None) -> list[str]:
+    """Mark this host's runs rows that are 'running' but whose process is gone as
+    'interrupted' (finished = now, error says who found it, when, and which process died);
+    return their run ids. Rows of other hosts are left alone: their pids mean nothing here."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    host = socket.gethostname()
+    rows = wh.query("SELECT * FROM runs WHERE status = 'running' AND host = ? AND pid IS NOT NULL",
+                    [host])
+    dead = [r for r in rows if not run_process_alive(r["pid"], r["started"])]
+    for r in dead:
+        r.update(status="interrupted", finished=now,
+                 error=(f"interrupted: found by run {found_by} at {now.isoformat(timespec='seconds')}; "
+                        f"the process (pid {r['pid']} on host {r['host']}) is gone"))
+    if dead:
+        wh.write(Run, dead)
+    return [r["run_id"] for r in dead]

@@ -19,10 +19,12 @@ class Run(SQLModel, table=True):
     stages: str
     started: dt.datetime
     finished: dt.datetime | None = None
-    status: str  # running | succeeded | failed
+    status: str  # running | succeeded | failed | interrupted (its process died; see error)
     error: str | None = None
     requests: int | None = None  # HTTP requests sent to providers (retries included)
     cache_hits: int | None = None
+    pid: int | None = None  # the process that ran it, to tell a dead 'running' row (see tasks/run.py)
+    host: str | None = None  # socket.gethostname() of that process
 
 
 class LLMCall(SQLModel, table=True):
