@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from tasks.config import GatewayConfig, ModelSpec, api_key_for
 from tasks.gateway.cache import ResponseCache
-from tasks.gateway.keys import cache_key
+from tasks.gateway.junk import junk_reason
+from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
 
 log = logging.getLogger("carryon.gateway")
@@ -49,6 +50,14 @@ def _litellm():
     return _LITELLM
 
 
+class ServerUnavailable(Exception):
+    """A model server stopped answering: several calls in a row could not even connect.
+
+    Raised (not returned) so the run stops at once with one line, instead of every later call
+    failing slowly and every query being dropped as if the model had answered badly. What was
+    written before stays (each batch is one transaction); nothing is half-written."""
+
+
 @dataclass
 class CallResult:
     call_hash: str
@@ -64,6 +73,9 @@ class CallResult:
     cost_usd: float = 0.0
     latency_s: float = 0.0
     attempts: int = 0
+    # True when the call failed because the server could not be reached at all (connection
+    # refused or reset), as opposed to an answer that was an error.
+    connect_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -169,11 +181,16 @@ class Gateway:
         self._seen: dict[str, tuple] = {}  # hash -> (cache_hit, attempts, pt, ct, cost, latency)
         self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
+        # Per server (normalised api_base, or the model string without one): calls in a row
+        # that could not connect after all their retries, and the error that tripped it.
+        self._down_count: dict[str, int] = {}
+        self._down: dict[str, str] = {}
 
     # ----- public API ----------------------------------------------------------------------
     async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
                    schema: type[BaseModel] | None = None, sample_key: str | None = None) -> CallResult:
         """One chat completion. With ``schema`` the answer is validated (``result.parsed``)."""
+        self._check_up(spec)
         doc = schema_doc(schema) if schema is not None else None
         key = cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
                         params=spec.generation_params(), schema=doc,
@@ -183,10 +200,20 @@ class Gateway:
     async def text(self, spec: ModelSpec, role: str, prompt: str, *,
                    sample_key: str | None = None) -> CallResult:
         """One text completion (a raw prompt, e.g. WildGuard's own format)."""
+        self._check_up(spec)
         key = cache_key(model=spec.model, api_base=spec.api_base, messages=None, prompt=prompt,
                         params=spec.generation_params(), schema=None, structured=None,
                         sample_key=sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, None, prompt, None))
+
+    def activity(self) -> str:
+        """One line for progress heartbeats: calls answered, from the cache, failed."""
+        req = sum(s.requests for s in self.stats.values())
+        hits = sum(s.hits for s in self.stats.values())
+        fails = sum(s.failures for s in self.stats.values())
+        inflight = len(self._inflight)
+        return (f"model calls: {req} sent, {hits} from cache, {fails} failed, "
+                f"{inflight} in flight")
 
     def drain_records(self) -> list[dict]:
         """Provenance rows collected since the last drain (one per call hash per run)."""
@@ -217,6 +244,30 @@ class Gateway:
             raise
         finally:
             del self._inflight[slot]
+
+    @staticmethod
+    def _server(spec: ModelSpec) -> str:
+        return normalise_api_base(spec.api_base) or spec.model
+
+    def _check_up(self, spec: ModelSpec) -> None:
+        down = self._down.get(self._server(spec))
+        if down is not None:
+            raise ServerUnavailable(down)
+
+    def _note_connection(self, spec: ModelSpec, r: "CallResult", connect_failed: bool) -> None:
+        """Count calls in a row that could not connect to a server; trip at the limit."""
+        server = self._server(spec)
+        if not connect_failed:
+            self._down_count[server] = 0
+            return
+        n = self._down_count.get(server, 0) + 1
+        self._down_count[server] = n
+        if n >= self.cfg.max_connection_failures and server not in self._down:
+            self._down[server] = (
+                f"model server {spec.api_base or spec.model} stopped answering: {n} calls in a "
+                f"row could not connect after {spec.max_retries} retries each (last: {r.error}); "
+                "the run stops here, what was written so far is complete")
+            raise ServerUnavailable(self._down[server])
 
     def _stat(self, role: str) -> _Stats:
         return self.stats.setdefault(role, _Stats())
@@ -258,6 +309,8 @@ class Gateway:
                 r.parsed, err = parse_structured(r.content, schema)
                 if err:  # a schema changed under an old entry: treat as a miss
                     hit = None
+            if hit is not None and junk_reason(r.content, r.parsed, messages, prompt):
+                hit = None  # stored by a version without the junk rules: ask again
             if hit is not None:
                 st.hits += 1
                 self._record(role, spec, r)
@@ -272,6 +325,7 @@ class Gateway:
         else:
             st.failures += 1
         self._record(role, spec, r)
+        self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
         return r
 
     async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
@@ -320,6 +374,10 @@ class Gateway:
                     litellm.Timeout, litellm.BadGatewayError) as e:
                 transport_failures += 1
                 if transport_failures > spec.max_retries:
+                    # litellm reports a refused connection as APIConnectionError or as an
+                    # InternalServerError whose message says "Connection error".
+                    r.connect_failed = (isinstance(e, litellm.APIConnectionError)
+                                        or "connection error" in str(e).lower())
                     return self._fail(r, started, kwargs.get("api_key"), "retries_exhausted", e)
                 await asyncio.sleep(self._backoff(transport_failures, e))
                 continue
@@ -340,14 +398,26 @@ class Gateway:
             if not content or not content.strip():
                 return self._fail(r, started, kwargs.get("api_key"), "empty_output", "the model returned no text")
             if schema is None:
-                r.content = content
-                r.latency_s = time.perf_counter() - started
-                return r
+                junk = junk_reason(content, None, convo, prompt)
+                if junk is None:
+                    r.content = content
+                    r.latency_s = time.perf_counter() - started
+                    return r
+                # Free text: ask the same request again (only a sampled model can answer
+                # differently; a greedy one would repeat itself), then record the failure.
+                if spec.temperature and reasks < self.cfg.max_parse_retries:
+                    reasks += 1
+                    continue
+                return self._fail(r, started, kwargs.get("api_key"), "invalid_output",
+                                  f"not an answer: {junk}; last output: {content[:200]!r}")
             parsed, err = parse_structured(content, schema)
             if parsed is not None:
-                r.content, r.parsed = content, parsed
-                r.latency_s = time.perf_counter() - started
-                return r
+                junk = junk_reason(content, parsed, messages, None)
+                if junk is None:
+                    r.content, r.parsed = content, parsed
+                    r.latency_s = time.perf_counter() - started
+                    return r
+                err = f"not an answer: {junk}"
             if reasks >= self.cfg.max_parse_retries or convo is None:
                 return self._fail(r, started, kwargs.get("api_key"), "invalid_output",
                                   f"{err}; last output: {content[:200]!r}")
