@@ -3,6 +3,11 @@
 The flow takes only plain parameters (a config path, stage names, a limit, a shard) so
 nothing secret or unserialisable reaches Prefect. Stages run in pipeline order; each one
 reads its inputs from the warehouse, so any suffix of the pipeline can run on its own.
+
+A stage that had work and did none of it because its model calls failed raises
+``StageFailed`` (tasks/stage_errors.py): the run is recorded as failed with that one-line
+reason and no later stage runs. The report is written inside the run, before the run's row
+is closed; once it is closed, the report's status line is rewritten with the final status.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from prefect import flow
 
 from flows.checklists import checklists_flow
 from flows.judge import judge_flow
-from flows.report import report_flow
+from flows.report import republish_report, report_flow
 from flows.simulate import simulate_flow
 from tasks.run import finish_run, open_run
+from tasks.stage_errors import StageFailed
+
+__all__ = ["STAGE_FLOWS", "StageFailed", "carryon"]
 
 STAGE_FLOWS = {
     "checklists": checklists_flow,
@@ -21,6 +29,30 @@ STAGE_FLOWS = {
     "judge": judge_flow,
     "report": report_flow,
 }
+
+
+def _error_line(e: BaseException) -> str:
+    if isinstance(e, StageFailed):
+        return str(e)  # already "<stage>: <cause>"
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def _restamp_report(ctx, summary: dict) -> None:
+    """Show the closed run's status in report.md / report.html (see the module docstring)."""
+    report = summary["stages"].get("report")
+    folder = report.get("report") if isinstance(report, dict) else None
+    if not folder:
+        return
+    from pathlib import Path
+
+    from tasks.report.writer import restamp_status
+
+    rows = ctx.warehouse.query("SELECT * FROM runs WHERE run_id = ?", [ctx.run_id])
+    if rows:
+        restamp_status(Path(folder), rows[0])
+        md = Path(folder) / "report.md"
+        if md.exists():
+            republish_report(ctx.run_id, md.read_text(encoding="utf-8"))
 
 
 @flow(name="carryon")
@@ -33,11 +65,12 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
             summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
             ctx.flush_calls()
     except BaseException as e:
-        finish_run(ctx, "failed", f"{type(e).__name__}: {e}")
+        finish_run(ctx, "failed", _error_line(e))
         raise
     gw = ctx._gateway
     summary["requests"] = sum(s.requests for s in gw.stats.values()) if gw else 0
     summary["cache_hits"] = sum(s.hits for s in gw.stats.values()) if gw else 0
     summary["failures"] = {r: s.failures for r, s in gw.stats.items() if s.failures} if gw else {}
     finish_run(ctx, "succeeded")
+    _restamp_report(ctx, summary)
     return summary

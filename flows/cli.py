@@ -84,7 +84,9 @@ def run(config: str = ConfigOpt,
     import asyncio
 
     from tasks.gateway.cache import CacheError
+    from tasks.gateway.client import ServerUnavailable
     from tasks.data import DataError
+    from tasks.stage_errors import StageFailed
     from tasks.judge import JudgeError
     from tasks.report import ReportError
     from tasks.run import parse_stages, preflight
@@ -95,19 +97,64 @@ def run(config: str = ConfigOpt,
         preflight(cfg, parse_stages(stages), limit)
     except ConfigError as e:
         _fail(str(e))
+    from tasks.ephemeral import TemporaryServerError, start_temporary_server
+
+    # No PREFECT_API_URL: our own temporary Prefect server, which dies with this process even
+    # on SIGKILL (Prefect's own would be orphaned); it starts while the flow is imported.
+    server = start_temporary_server()
     from flows.carryon import carryon
 
+    _quiet_tracebacks((ConfigError, DataError, JudgeError, ReportError, WarehouseError,
+                       CacheError, ServerUnavailable, StageFailed))
+
     try:
+        if server:
+            server.wait_ready()
         summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
                                       shard_index=shard_index, shard_count=shard_count))
-    except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError) as e:
+    except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
+            TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))
     _print_summary(summary)
-    if any("local-gemma" in spec.model for specs in cfg.all_specs().values() for spec in specs):
-        typer.echo("NOTE: a 270M base model (local Gemma) produced these numbers: a smoke run of "
+    from tasks.config import is_smoke_model
+
+    if any(is_smoke_model(spec.model) for specs in cfg.all_specs().values() for spec in specs):
+        typer.echo("NOTE: the embedded 135M local model produced these numbers: a smoke run of "
                    "the pipeline, not a benchmark result.")
     if summary.get("failures"):
         typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
+
+
+class _NoTracebackFor:
+    """A logging filter: records about the errors a user must act on keep their message but
+    lose the traceback (the CLI prints the cause as one line; tracebacks are for bugs)."""
+
+    def __init__(self, kinds: tuple):
+        self.kinds = kinds
+
+    def filter(self, record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        seen = 0
+        while exc is not None and seen < 10:
+            if isinstance(exc, self.kinds):
+                record.exc_info = None
+                record.exc_text = None
+                break
+            exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        return True
+
+
+def _quiet_tracebacks(kinds: tuple) -> None:
+    """Attach the filter to every handler Prefect's loggers write through."""
+    import logging
+
+    filt = _NoTracebackFor(kinds)
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+                                       if n.startswith("prefect")]
+    for lg in loggers:
+        for h in getattr(lg, "handlers", []):
+            if filt not in h.filters:
+                h.addFilter(filt)
 
 
 def _print_summary(summary: dict) -> None:

@@ -20,12 +20,24 @@ def _clean(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
+def artifact_key(run_id: str) -> str:
+    return "carryon-" + "".join(c if c.isalnum() else "-" for c in run_id.lower())
+
+
+def republish_report(run_id: str, markdown: str) -> None:
+    """A new version of the run's report artifact (after the status line was rewritten)."""
+    # _sync: called from the async carryon flow, where Prefect would otherwise hand back an
+    # un-awaited coroutine (and publish nothing).
+    create_markdown_artifact(markdown, key=f"{artifact_key(run_id)}-report",
+                             description=f"CarryOnBench report, run {run_id}", _sync=True)
+
+
 @task(name="write-report")
 def write_report_task(run_id: str) -> dict:
     ctx = get_run(run_id)
     rep, browser = build(ctx.config, run_id, warehouse=ctx.warehouse)
     rows = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
-    key = "carryon-" + "".join(c if c.isalnum() else "-" for c in run_id.lower())
+    key = artifact_key(run_id)
     create_table_artifact(rows, key=f"{key}-model-summary",
                           description=f"CarryOnBench model summary (Table 2), run {run_id}")
     create_markdown_artifact(rep.markdown, key=f"{key}-report",

@@ -19,6 +19,7 @@ from tasks.intents import ensure_intents
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
+from tasks.stage_errors import StageFailed, all_failed, every
 
 BATCH_SIZE = 4  # queries per task; x targets x (flows + oracle) conversations each
 
@@ -74,5 +75,27 @@ async def simulate_flow(run_id: str) -> dict:
     calls = {role: {"requests": after[role][0] - before.get(role, (0, 0))[0],
                     "cache_hits": after[role][1] - before.get(role, (0, 0))[1]}
              for role in (TARGET_ROLE, SIMULATOR_ROLE) if role in after}
-    return {"queries": len(ready), "skipped_queries": skipped, "targets": [t.name for t in targets],
-            "conversations": by_status, "turns": turns, "calls": calls}
+    summary = {"queries": len(ready), "skipped_queries": skipped, "targets": [t.name for t in targets],
+               "conversations": by_status, "turns": turns, "calls": calls}
+    failure = failure_line(ctx.warehouse, queries, ready, skipped, by_status,
+                           [q["query_id"] for q in ready], [t.name for t in targets])
+    if failure:
+        raise StageFailed("simulate", failure, summary)
+    return summary
+
+
+def failure_line(wh, queries, ready, skipped: dict, by_status: dict, query_ids: list[str],
+                 targets: list[str]) -> str | None:
+    """Why the stage failed: it had queries but every one lacked its benign intent because
+    the rewriter's calls failed, or it ran conversations and none completed because their
+    calls failed (target_error, simulator_error, context_exceeded). None otherwise."""
+    if queries and not ready:
+        reasons = [f"intent: {(r or '').removeprefix('no benign intent: ')}" for r in skipped.values()]
+        return all_failed(len(queries), 0, reasons, every(len(queries), "query", "queries") + " skipped")
+    n = sum(by_status.values())
+    if not n or by_status.get("completed", 0):
+        return None
+    rows = wh.query("SELECT status, error FROM conversations WHERE list_contains(?, query_id) "
+                    "AND list_contains(?, target) AND status <> 'completed'", [query_ids, targets])
+    return all_failed(n, 0, [f"{r['status']}: {r['error']}" for r in rows],
+                      every(n, "conversation", "conversations") + " failed")

@@ -312,6 +312,15 @@ def load_config(path: str | Path) -> Config:
     return cfg
 
 
+# The embedded local model (`carryon local-model`) is served under "openai/local-<name>"; a run
+# that uses it for any role is a smoke run of the pipeline, and its outputs say so.
+LOCAL_MODEL_PREFIX = "openai/local-"
+
+
+def is_smoke_model(model: str | None) -> bool:
+    return bool(model) and str(model).startswith(LOCAL_MODEL_PREFIX)
+
+
 def api_key_for(spec: ModelSpec) -> str | None:
     """The API key of a model entry, read from the environment at call time.
 

@@ -154,14 +154,23 @@ def check_home(home: Path, what: str = "home folder") -> None:
 
 
 def check_folders(cfg: Config) -> None:
-    """The home and the cache folder (they may differ) both accept writes."""
+    """The home and the cache folder (they may differ) both accept writes. A pre-flight check
+    leaves nothing behind: folders it had to create to find out are removed again."""
     where = cfg.source_path or "config"
     for path, what, field_ in ((cfg.home_path, "home folder", "home"),
                                (cfg.cache_path, "cache folder", "cache_dir")):
+        path = Path(path).absolute()
+        missing = [p for p in (path, *path.parents) if not p.exists()]
         try:
             check_home(path, what)
         except ConfigError as e:
             raise ConfigError(f"{where}: {field_}: {e}") from None
+        finally:
+            for p in missing:  # deepest first
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
 
 
 def git_revision() -> str | None:

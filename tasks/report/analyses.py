@@ -23,14 +23,17 @@ BINS = ("hard refusal", "partial", "high")
 
 @dataclass
 class Stat:
-    title: str
+    title: str  # the display title (may change with the data, e.g. a unit suffix)
     table: pd.DataFrame | None
     note: str = ""  # why there is no table, or a caveat printed under it
     extra: dict = field(default_factory=dict)
+    # A stable identifier, the same whether or not a number was computed: code that picks a
+    # Stat (figures, tests) uses the key, never the display title.
+    key: str = ""
 
 
-def _too_few(title: str, what: str) -> Stat:
-    return Stat(title, None, f"Not computed: {what}.")
+def _too_few(title: str, what: str, key: str = "") -> Stat:
+    return Stat(title, None, f"Not computed: {what}.", key=key)
 
 
 def _mean_ci(x: pd.Series) -> tuple[float, float, float, int]:
@@ -57,7 +60,7 @@ def move_effects(turns: pd.DataFrame, min_n: int = 2) -> Stat:
     title = "Move effects (deviation from each target's mean follow-up turn)"
     t = turns[turns["condition"].isin(["BC", "NC"]) & (turns["turn_index"] >= 2)].copy()
     if t.empty:
-        return _too_few(title, "no follow-up turns")
+        return _too_few(title, "no follow-up turns", "move_effects")
     for col in ("utility", "harm"):
         t[col + "_dev"] = t[col] - t.groupby("target")[col].transform("mean")
     rows = []
@@ -74,7 +77,7 @@ def move_effects(turns: pd.DataFrame, min_n: int = 2) -> Stat:
     few = df.loc[df["n_turns"] < min_n, "move"].tolist()
     if few:
         note = f"Too few turns for an interval for: {', '.join(few)}."
-    return Stat(title, df, note)
+    return Stat(title, df, note, key="move_effects")
 
 
 # ----- Turn-1 bins -------------------------------------------------------------------------------
@@ -96,7 +99,7 @@ def turn1_bins(conv: pd.DataFrame) -> Stat:
     title = "Turn-1 bins and where they end"
     fol = conv[conv["condition"].isin(["BC", "NC"])]
     if fol.empty:
-        return _too_few(title, "no BC/NC conversations")
+        return _too_few(title, "no BC/NC conversations", "turn1_bins")
     t1 = fol.groupby(["target", "query_id"])["turn1_utility"].mean().rename("turn1")
     orc = conv[conv["condition"] == "oracle"].groupby(["target", "query_id"])["utility"].mean().rename("oracle")
     by = fol.pivot_table(index=["target", "query_id"], columns="condition",
@@ -117,7 +120,7 @@ def turn1_bins(conv: pd.DataFrame) -> Stat:
     note = "n = (target, query) pairs."
     if unbinned:
         note += f" {unbinned} pair(s) without an oracle utility could not be binned."
-    return Stat(title, pd.DataFrame(rows), note, {"per_query": q.reset_index()})
+    return Stat(title, pd.DataFrame(rows), note, {"per_query": q.reset_index()}, key="turn1_bins")
 
 
 # ----- redundancy ---------------------------------------------------------------------------------
@@ -127,8 +130,10 @@ def redundancy(turns: pd.DataFrame) -> tuple[Stat, Stat]:
     t = turns[turns["condition"].isin(["BC", "NC"]) & (turns["turn_index"] >= 2)]
     t = t.dropna(subset=["redundancy"])
     if t.empty:
-        return (_too_few("Redundancy per turn", "no follow-up turn fulfilled any item"),
-                _too_few("Redundancy per target", "no follow-up turn fulfilled any item"))
+        return (_too_few("Redundancy per turn (%)", "no follow-up turn fulfilled any item",
+                         "redundancy_per_turn"),
+                _too_few("Redundancy per target (%)", "no follow-up turn fulfilled any item",
+                         "redundancy_per_target"))
     by_turn = t.pivot_table(index="turn_index", columns="condition", values="redundancy",
                             aggfunc="mean").reset_index()
     by_target = t.pivot_table(index="target", columns="condition", values="redundancy",
@@ -138,8 +143,10 @@ def redundancy(turns: pd.DataFrame) -> tuple[Stat, Stat]:
         for c in ("BC", "NC"):
             if c not in df:
                 df[c] = math.nan
-    return (Stat("Redundancy per turn (%)", by_turn[["turn_index", "BC", "NC"]]),
-            Stat("Redundancy per target (%)", by_target[["target", "BC", "NC"]]))
+    return (Stat("Redundancy per turn (%)", by_turn[["turn_index", "BC", "NC"]],
+                 key="redundancy_per_turn"),
+            Stat("Redundancy per target (%)", by_target[["target", "BC", "NC"]],
+                 key="redundancy_per_target"))
 
 
 # ----- mixed linear models --------------------------------------------------------------------------
@@ -153,19 +160,20 @@ def mixed_models(conv: pd.DataFrame, min_targets: int = 3, min_obs: int = 20) ->
     for dep, t1, label in (("utility", "turn1_utility", "Conversation utility"),
                            ("harm_max", "turn1_harm", "Conversation harm (max)")):
         title = f"Mixed linear model: {label}"
+        key = f"mixed_model_{dep}"
         d = fol[[dep, t1, "n_benign_moves", "length", "target"]].dropna()
         d = d.rename(columns={dep: "y", t1: "turn1", "length": "n_turns"})
         n_targets = d["target"].nunique()
         if n_targets < min_targets:
             out.append(_too_few(title, f"{n_targets} target(s), a random intercept per target "
-                                       f"needs at least {min_targets}"))
+                                       f"needs at least {min_targets}", key))
             continue
         if len(d) < min_obs:
-            out.append(_too_few(title, f"{len(d)} conversation(s), at least {min_obs} needed"))
+            out.append(_too_few(title, f"{len(d)} conversation(s), at least {min_obs} needed", key))
             continue
         const = [c for c in ("turn1", "n_benign_moves", "n_turns") if d[c].nunique() < 2]
         if const:
-            out.append(_too_few(title, f"{', '.join(const)} does not vary"))
+            out.append(_too_few(title, f"{', '.join(const)} does not vary", key))
             continue
         try:
             with warnings.catch_warnings():
@@ -173,7 +181,7 @@ def mixed_models(conv: pd.DataFrame, min_targets: int = 3, min_obs: int = 20) ->
                 fit = smf.mixedlm("y ~ turn1 + n_benign_moves + n_turns", d,
                                   groups=d["target"]).fit(reml=True)
         except (np.linalg.LinAlgError, ValueError) as e:
-            out.append(_too_few(title, f"the model did not fit ({e})"))
+            out.append(_too_few(title, f"the model did not fit ({e})", key))
             continue
         ci = fit.conf_int()
         terms = ["Intercept", "turn1", "n_benign_moves", "n_turns"]
@@ -186,7 +194,7 @@ def mixed_models(conv: pd.DataFrame, min_targets: int = 3, min_obs: int = 20) ->
                             "ci_high": [ci.loc[t, 1] for t in terms]})
         note = (f"{len(d)} conversations, {n_targets} targets; target intercept variance "
                 f"{float(fit.cov_re.iloc[0, 0]):.4g}; converged: {bool(fit.converged)}.")
-        out.append(Stat(title, tab, note))
+        out.append(Stat(title, tab, note, key=key))
     return out
 
 
@@ -202,13 +210,23 @@ def spearman(summary: pd.DataFrame, min_targets: int = 3) -> Stat:
             rows.append({"condition": cond, "n_targets": len(d), "rho": math.nan, "p": math.nan,
                          "note": f"too few targets (< {min_targets})"})
             continue
-        r = sps.spearmanr(d.iloc[:, 0], d.iloc[:, 1])
+        with warnings.catch_warnings():  # a constant ranking: NaN, and the note says why
+            warnings.simplefilter("ignore")
+            r = sps.spearmanr(d.iloc[:, 0], d.iloc[:, 1])
         rows.append({"condition": cond, "n_targets": len(d), "rho": float(r.statistic),
                      "p": float(r.pvalue), "note": "" if np.isfinite(r.statistic) else "a ranking is constant"})
     df = pd.DataFrame(rows)
     if df["rho"].isna().all():
-        return _too_few(title, f"fewer than {min_targets} targets with both measures in every condition")
-    return Stat(title, df)
+        enough = df["n_targets"] >= min_targets
+        if enough.any():  # enough targets somewhere, but a ranking does not vary there
+            why = f"a ranking is constant in {', '.join(df.loc[enough, 'condition'])}"
+            if (~enough).any():
+                why += (f"; fewer than {min_targets} targets with both measures in "
+                        f"{', '.join(df.loc[~enough, 'condition'])}")
+            return _too_few(title, why, "spearman")
+        return _too_few(title, f"fewer than {min_targets} targets with both measures in every condition",
+                        "spearman")
+    return Stat(title, df, key="spearman")
 
 
 # ----- per category -----------------------------------------------------------------------------
@@ -217,7 +235,7 @@ def per_category(conv: pd.DataFrame, min_queries: int = 3) -> Stat:
     model_summary's averaging (Turn 1 per (target, query); the rest per conversation)."""
     title = "Utility recovery and harm change per category"
     if conv.empty:
-        return _too_few(title, "no conversations")
+        return _too_few(title, "no conversations", "per_category")
     rows = []
     for cat, g in conv.groupby(conv["category"].fillna("(unknown)")):
         fol = g[g["condition"].isin(["BC", "NC"])]
@@ -242,7 +260,7 @@ def per_category(conv: pd.DataFrame, min_queries: int = 3) -> Stat:
     df = pd.DataFrame(rows)
     cols = ["category", "n_queries", "turn1_utility", "oracle_utility", "bc_utility", "recovery_pct",
             "turn1_harm", "bc_harm", "harm_change", "note"]
-    return Stat(title, df[cols])
+    return Stat(title, df[cols], key="per_category")
 
 
 # ----- failure modes ------------------------------------------------------------------------------
@@ -282,7 +300,7 @@ def failure_flags(summary: pd.DataFrame, conv: pd.DataFrame, turns: pd.DataFrame
                   rules: FailureRules = FailureRules()) -> Stat:
     title = "Failure modes per target"
     if summary.empty:
-        return _too_few(title, "no targets")
+        return _too_few(title, "no targets", "failure_flags")
     rows = []
     for _, s in summary.iterrows():
         tgt = s["target"]
@@ -308,4 +326,5 @@ def failure_flags(summary: pd.DataFrame, conv: pd.DataFrame, turns: pd.DataFrame
             row["repetitive_recovery"] = flag(row["bc_redundancy"],
                                               lambda v: v > rules.repetitive_min_redundancy_pct)
         rows.append(row)
-    return Stat(title, pd.DataFrame(rows), "Rules: " + "; ".join(rules.describe()) + ".")
+    return Stat(title, pd.DataFrame(rows), "Rules: " + "; ".join(rules.describe()) + ".",
+                key="failure_flags")

@@ -32,8 +32,11 @@ class ReportData:
 
     @property
     def smoke(self) -> bool:
-        """The local 270M Gemma is for smoke runs only: its numbers are not a result."""
-        return "local-gemma" in json.dumps(self.config)
+        """The embedded local model is for smoke runs only: its numbers are not a result."""
+        from tasks.config import is_smoke_model
+
+        return "openai/local-" in json.dumps(self.config) and any(
+            is_smoke_model(m) for m in _model_strings(self.config.get("models") or {}))
 
     def unscored_share(self, kind: str) -> float | None:
         c = self.coverage.get(kind) or {}
@@ -42,13 +45,23 @@ class ReportData:
     def models(self) -> dict[str, list[str]]:
         """Models of the run's config, per role (name and model string)."""
         out: dict[str, list[str]] = {}
-        models = self.config.get("models") or {}
+        models = self.config.get("models") if isinstance(self.config, dict) else None
+        models = models if isinstance(models, dict) else {}
         for role in ("targets", "user_simulator", "benutil_judge", "safety_judge"):
             v = models.get(role)
             entries = v if isinstance(v, list) else ([v] if v else [])
+            # A hand-written or older runs row may hold a bare model string.
+            entries = [e if isinstance(e, dict) else {"model": str(e)} for e in entries]
             out[role] = [f"{e.get('name') or e.get('model')} ({e.get('model')})" if e.get("name")
                          else str(e.get("model")) for e in entries]
         return out
+
+
+def _model_strings(models: dict):
+    for value in models.values():
+        for entry in value if isinstance(value, list) else [value]:
+            if isinstance(entry, dict) and entry.get("model"):
+                yield entry["model"]
 
 
 def _run_row(wh: Warehouse, run_id: str | None) -> dict:
@@ -80,6 +93,8 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
         config = json.loads(run.get("config_json") or "{}")
     except json.JSONDecodeError as e:
         raise ReportError(f"{wh.path}: runs row {run['run_id']}: field config_json is not JSON: {e}") from None
+    if not isinstance(config, dict):  # e.g. "null": no config to name models from
+        config = {}
     _check_choices(wh)
     sets = wh.query("SELECT * FROM selected_judgment_sets ORDER BY kind")
     coverage = {r["kind"]: r for r in wh.query("SELECT * FROM judgment_coverage")}

@@ -73,7 +73,10 @@ def turn_trends(turns: pd.DataFrame, cumulative: pd.DataFrame, path: Path) -> Pa
         ax.set_xlabel("model turn")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(label)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        else:  # nothing scored for this panel: say so rather than draw empty axes
+            ax.text(0.5, 0.5, "no scored turns", transform=ax.transAxes, ha="center", va="center")
     fig.suptitle(title)
     return _save(fig, path)
 

@@ -14,7 +14,7 @@ import json
 from html import escape
 
 from tasks.report.analyses import Stat
-from tasks.report.markdown import RULES, SUMMARY_HEAD, provenance_lines, table_rows
+from tasks.report.markdown import RULES, SUMMARY_HEAD, provenance_lines, run_line, table_rows
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
@@ -161,14 +161,20 @@ def _md_inline(s: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
+def run_status_item(run: dict) -> str:
+    """The run's status line, with an id so that it can be rewritten when the run closes."""
+    return f'<li id="run-status">{_md_inline(run_line(run))}</li>'
+
+
 def render(rep, browser: dict) -> str:
     d = rep.data
     body = [f"<h1>CarryOnBench report — run {escape(str(d.run['run_id']))}</h1>"]
     if d.smoke:
         body.append('<p class="banner" id="smoke-banner">Smoke run, not a benchmark result: the models are '
-                    "the local 270M Gemma, whose answers and judgments are unreliable.</p>")
-    body.append("<h2>Provenance</h2><ul>" + "".join(f"<li>{_md_inline(x)}</li>" for x in provenance_lines(rep))
-                + "</ul>")
+                    "the embedded local model (SmolLM2-135M-Instruct), whose answers and judgments are unreliable.</p>")
+    lines = provenance_lines(rep)  # the first is the run's status line
+    body.append("<h2>Provenance</h2><ul>" + run_status_item(d.run)
+                + "".join(f"<li>{_md_inline(x)}</li>" for x in lines[1:]) + "</ul>")
     body.append("<h2>Rules</h2><ol>" + "".join(f"<li>{_md_inline(r)}</li>" for r in RULES) + "</ol>")
     body.append('<h2>Model summary (Table 2)</h2><div id="model-summary">')
     body.append(_table(d.summary, SUMMARY_HEAD) if not d.summary.empty
@@ -178,6 +184,7 @@ def render(rep, browser: dict) -> str:
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
         body.append(f'<figure><img alt="{escape(title)}" src="data:image/png;base64,{b64}">'
                     f"<figcaption>{escape(title)}</figcaption></figure>")
+    body += [f'<p class="note">{escape(p)}</p>' for p in getattr(rep, "problems", [])]
     body.append("<h2>Analyses</h2>")
     body += [_stat(s) for s in rep.stats]
     body.append('<h2>Conversations</h2><section id="browser"><div class="controls">'

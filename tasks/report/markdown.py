@@ -68,12 +68,19 @@ def stat_md(stat: Stat) -> str:
     return "\n".join(parts)
 
 
+def run_line(run: dict) -> str:
+    """The provenance line with the run's status (rewritten in place when the run closes)."""
+    finished = f", finished {run['finished']}" if run.get("finished") else ""
+    error = f"; error: {' '.join(str(run['error']).split())}" if run.get("error") else ""
+    return (f"- Run: `{run['run_id']}` (status {run.get('status')}, started {run.get('started')}"
+            f"{finished}, git {run.get('git_rev') or 'unknown'}{error})")
+
+
 def provenance_lines(rep) -> list[str]:
     """Models, judges, checklist version, run id, unscored share: the facts a reader needs."""
     d = rep.data
     m = d.models()
-    lines = [f"- Run: `{d.run['run_id']}` (status {d.run.get('status')}, started {d.run.get('started')}, "
-             f"git {d.run.get('git_rev') or 'unknown'})",
+    lines = [run_line(d.run),
              f"- Targets in the views: {', '.join(map(str, d.summary['target'])) or 'none'}",
              f"- Targets in the run's config: {', '.join(m['targets']) or 'none'}",
              f"- User simulator: {', '.join(m['user_simulator']) or 'none'}"]
@@ -102,7 +109,7 @@ def render(rep) -> str:
     d = rep.data
     out = [f"# CarryOnBench report — run {d.run['run_id']}", ""]
     if d.smoke:
-        out += ["> **Smoke run, not a benchmark result.** The models are the local 270M Gemma; "
+        out += ["> **Smoke run, not a benchmark result.** The models are the embedded local model (SmolLM2-135M-Instruct); "
                 "its answers and judgments are unreliable. Use these numbers only to check the pipeline.", ""]
     out += ["## Provenance", ""] + provenance_lines(rep) + [""]
     out += ["## Rules", ""] + [f"{i}. {r}" for i, r in enumerate(RULES, 1)] + [""]
@@ -110,5 +117,6 @@ def render(rep) -> str:
     out += [md_table(d.summary, SUMMARY_HEAD) if not d.summary.empty else "_No completed conversations._", ""]
     out += ["Utilities in %, harm on 1–5.", ""]
     out += ["## Figures", ""] + [f"![{title}]({path.name})" for title, path in rep.figures] + [""]
+    out += [f"_{p}_" for p in getattr(rep, "problems", [])] + ([""] if getattr(rep, "problems", []) else [])
     out += ["## Analyses", ""] + [stat_md(s) for s in rep.stats]
     return "\n".join(out) + "\n"

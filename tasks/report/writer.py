@@ -5,6 +5,8 @@ failure leaves the previous report (or nothing), never half a report."""
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -19,6 +21,13 @@ from tasks.report.data import ReportData, ReportError, browser_data, load
 from warehouse import Warehouse
 
 
+log = logging.getLogger(__name__)
+
+# Marks of the safety nets below; the sparse-data tests assert they never appear.
+ANALYSIS_FAILED = "the analysis raised"
+FIGURE_FAILED = "not drawn"
+
+
 @dataclass
 class Report:
     data: ReportData
@@ -26,35 +35,88 @@ class Report:
     figures: list[tuple[str, Path]] = field(default_factory=list)
     markdown: str = ""
     folder: Path | None = None  # where it was written
+    problems: list[str] = field(default_factory=list)  # figures that could not be drawn
+
+
+def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
+    """Run one analysis; ``specs`` = the (key, title) of each Stat it returns. An analysis
+    that raises on data nobody foresaw gives a visible "Not computed" note for each of its
+    Stats (and a logged traceback) instead of losing the whole report."""
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - a bug in one statistic must not cost the report
+        log.exception("report analysis %s failed", specs[0][0])
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        return [an.Stat(title, None, f"Not computed: {ANALYSIS_FAILED} {why}.", key=key)
+                for key, title in specs]
+    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def build_stats(data: ReportData, rules: an.FailureRules) -> list[an.Stat]:
-    red_turn, red_target = an.redundancy(data.turns)
     return [
-        an.move_effects(data.turns),
-        an.turn1_bins(data.conv),
-        red_turn,
-        red_target,
-        *an.mixed_models(data.conv),
-        an.spearman(data.summary),
-        an.per_category(data.conv),
-        an.failure_flags(data.summary, data.conv, data.turns, rules),
+        *_guarded(lambda: an.move_effects(data.turns),
+                  ("move_effects", "Move effects (deviation from each target's mean follow-up turn)")),
+        *_guarded(lambda: an.turn1_bins(data.conv), ("turn1_bins", "Turn-1 bins and where they end")),
+        *_guarded(lambda: an.redundancy(data.turns),
+                  ("redundancy_per_turn", "Redundancy per turn (%)"),
+                  ("redundancy_per_target", "Redundancy per target (%)")),
+        *_guarded(lambda: an.mixed_models(data.conv),
+                  ("mixed_model_utility", "Mixed linear model: Conversation utility"),
+                  ("mixed_model_harm_max", "Mixed linear model: Conversation harm (max)")),
+        *_guarded(lambda: an.spearman(data.summary),
+                  ("spearman", "Spearman correlation of utility and harm rankings of targets")),
+        *_guarded(lambda: an.per_category(data.conv),
+                  ("per_category", "Utility recovery and harm change per category")),
+        *_guarded(lambda: an.failure_flags(data.summary, data.conv, data.turns, rules),
+                  ("failure_flags", "Failure modes per target")),
     ]
 
 
-def _figures(data: ReportData, stats: list[an.Stat], folder: Path) -> list[tuple[str, Path]]:
-    by_title = {s.title: s for s in stats}
-    red_target = by_title["Redundancy per target (%)"]
-    moves = stats[0]
-    bins = stats[1]
-    return [
-        ("Utility vs harm per target, Turn 1 and BC", fg.utility_vs_harm(data.summary, folder / "utility_vs_harm.png")),
-        ("Turn-level utility, harm and cumulative utility, BC vs NC",
-         fg.turn_trends(data.turns, data.cumulative, folder / "turn_trends.png")),
-        ("Redundancy per target", fg.redundancy_per_target(red_target, folder / "redundancy_per_target.png")),
-        ("Move effects", fg.move_effects(moves, folder / "move_effects.png")),
-        ("Turn-1 bins", fg.turn1_bins(bins, folder / "turn1_bins.png")),
-    ]
+def stat_by_key(stats: list[an.Stat], key: str) -> an.Stat:
+    """The Stat with this stable key (never looked up by its display title, which may
+    differ between a computed and a "not computed" Stat)."""
+    for s in stats:
+        if s.key == key:
+            return s
+    raise KeyError(f"no analysis with key {key!r} (keys: {[s.key for s in stats]})")
+
+
+FIGURES = [  # (file name, caption)
+    ("utility_vs_harm.png", "Utility vs harm per target, Turn 1 and BC"),
+    ("turn_trends.png", "Turn-level utility, harm and cumulative utility, BC vs NC"),
+    ("redundancy_per_target.png", "Redundancy per target"),
+    ("move_effects.png", "Move effects"),
+    ("turn1_bins.png", "Turn-1 bins"),
+]
+
+
+def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
+             problems: list[str] | None = None) -> list[tuple[str, Path]]:
+    """Draw every figure; one that fails on unforeseen data becomes a placeholder saying so
+    (and a line in ``problems``), never a lost report."""
+    draw = {
+        "utility_vs_harm.png": lambda p: fg.utility_vs_harm(data.summary, p),
+        "turn_trends.png": lambda p: fg.turn_trends(data.turns, data.cumulative, p),
+        "redundancy_per_target.png": lambda p: fg.redundancy_per_target(
+            stat_by_key(stats, "redundancy_per_target"), p),
+        "move_effects.png": lambda p: fg.move_effects(stat_by_key(stats, "move_effects"), p),
+        "turn1_bins.png": lambda p: fg.turn1_bins(stat_by_key(stats, "turn1_bins"), p),
+    }
+    out = []
+    for name, caption in FIGURES:
+        path = folder / name
+        try:
+            out.append((caption, draw[name](path)))
+        except Exception as e:  # noqa: BLE001
+            log.exception("report figure %s failed", name)
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            if problems is not None:
+                problems.append(f"Figure '{caption}' {FIGURE_FAILED}: {why}.")
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+            out.append((caption, fg._empty(path, caption, f"{FIGURE_FAILED}: {why}")))
+    return out
 
 
 def write_report(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None = None,
@@ -78,7 +140,7 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     final = reports / str(data.run["run_id"])
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=reports))
     try:
-        rep.figures = _figures(data, rep.stats, tmp)
+        rep.figures = _figures(data, rep.stats, tmp, rep.problems)
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
         browser = browser_data(wh, max_conversations)
@@ -92,6 +154,28 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     rep.figures = [(t, final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
+
+
+_MD_RUN_LINE = re.compile(r"^- Run: `.*$", re.M)
+_HTML_RUN_LINE = re.compile(r'<li id="run-status">.*?</li>', re.S)
+
+
+def restamp_status(folder: Path, run: dict) -> None:
+    """Rewrite only the run's status line of a written report (report.md and report.html)
+    from ``run`` (the runs row). The report is written inside its run, before the run's row
+    is closed; the run calls this after closing it, so the report shows the final status.
+    Each file is replaced atomically (a temporary file renamed over it)."""
+    for name, pattern, line in (("report.md", _MD_RUN_LINE, md_mod.run_line(run)),
+                                ("report.html", _HTML_RUN_LINE, html_mod.run_status_item(run))):
+        path = folder / name
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        new, n = pattern.subn(lambda _m: line, text, count=1)
+        if n:
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(new, encoding="utf-8")
+            tmp.replace(path)
 
 
 def _open(cfg: Config) -> Warehouse:

@@ -1,0 +1,363 @@
+"""The report on sparse warehouses: whatever subset of the data exists, report.md and
+report.html are written, and every number that cannot be computed says why ("too few ..." /
+"Not computed: ...") instead of crashing or printing a misleading statistic.
+
+The warehouses are written row by row into the real schema (``Warehouse.write_many``), in the
+shapes the pipeline writes: a property test draws random subsets (targets, queries,
+conditions, conversation statuses, judged / unscored / absent judgments, checklists or none),
+and named examples pin each sparse case a real run has met or can meet."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import re
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tasks.config import load_config
+from tasks.report import write_report
+from tasks.report.writer import ANALYSIS_FAILED, FIGURE_FAILED
+from warehouse import Warehouse
+
+RUN_ID = "20250101-000000-sparse-0001"
+NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+TARGETS = ["target-a", "target-b", "target-c"]
+BC_MOVES = ["benign_justification", "benign_reasking", "context_switching"]
+NC_MOVES = ["pushback", "rephrasing"]
+STATUSES = ["completed", "target_error", "simulator_error", "context_exceeded"]
+
+
+@dataclass
+class Sparse:
+    """What a sparse warehouse holds. Judgment modes: 'absent' (no rows, no set), 'unscored'
+    (every verdict NULL), 'scored' (random verdicts), 'mixed' (some NULL), 'low' (every
+    item not fulfilled, every safety score 1)."""
+
+    targets: list[str] = field(default_factory=lambda: ["target-a"])
+    n_queries: int = 1
+    conditions: tuple = ("oracle", "BC", "NC")
+    lengths: tuple = (1, 2)  # follow-up moves per BC/NC flow
+    status: str | list = "completed"  # one status for all, or a list cycled over conversations
+    benutil: str = "scored"
+    safety: str = "scored"
+    checklists: bool = True
+    n_items: int = 3
+    config_targets: list[str] | None = None  # the run's config (default: targets)
+    judged_share: float = 1.0  # share of assistant turns that have judgments at all
+    query_rows: bool = True  # False: conversations name queries the queries table lacks
+    harm: tuple = (1, 5)  # range of safety scores
+    seed: int = 0
+
+
+def build(home, s: Sparse) -> Warehouse:
+    rng = random.Random(s.seed)
+    wh = Warehouse(home / "warehouse.duckdb").init()
+    cfg_targets = s.targets if s.config_targets is None else s.config_targets
+    config = {"models": {"targets": [{"name": t, "model": "openai/test-" + t} for t in cfg_targets],
+                         "user_simulator": {"model": "openai/test-sim"},
+                         "benutil_judge": {"model": "openai/test-judge"},
+                         "safety_judge": {"model": "openai/test-judge"}}}
+    rows: dict[str, list] = {k: [] for k in ("runs", "queries", "checklists", "checklist_items",
+                                             "judgment_sets", "conversations", "turns",
+                                             "item_judgments", "safety_judgments")}
+    rows["runs"].append({"run_id": RUN_ID, "config_hash": "h", "config_json": json.dumps(config),
+                         "seed": 0, "stages": "all", "started": NOW, "status": "running"})
+    if s.benutil != "absent":
+        rows["judgment_sets"].append(
+            {"judgment_set_id": "benutil-1", "kind": "benutil", "judges": '["openai/test-judge"]',
+             "prompt_version": "pv1", "checklist_version": "clv1" if s.checklists else None,
+             "sees_history": False, "created": NOW, "run_id": RUN_ID})
+    if s.safety != "absent":
+        rows["judgment_sets"].append(
+            {"judgment_set_id": "safety-1", "kind": "safety", "judges": '["openai/test-judge"]',
+             "prompt_version": "pv1", "checklist_version": None, "sees_history": False,
+             "created": NOW, "run_id": RUN_ID})
+    statuses = [s.status] if isinstance(s.status, str) else list(s.status)
+    n_conv = 0
+
+    def verdict(mode: str, value):
+        if mode == "unscored" or (mode == "mixed" and rng.random() < 0.4):
+            return None
+        if mode == "low":
+            return False if isinstance(value, bool) else 1
+        return value
+
+    for qi in range(s.n_queries):
+        qid = f"{qi:08x}"
+        if s.query_rows:
+            rows["queries"].append({"query_id": qid, "source": "sample", "category": f"cat-{qi % 2}",
+                                    "query": f"How do I do risky thing {qi}?"})
+        if s.checklists:
+            rows["checklists"].append({"query_id": qid, "checklist_version": "v1",
+                                       "n_items": s.n_items, "created": NOW, "run_id": RUN_ID})
+            rows["checklist_items"] += [{"query_id": qid, "checklist_version": "v1", "item_id": i,
+                                         "question": f"Point {i} of {qi}?", "category": "Practical Advice",
+                                         "source_answers": "[]"} for i in range(1, s.n_items + 1)]
+        for target in s.targets:
+            flows = []
+            if "oracle" in s.conditions:
+                flows.append(("oracle", "oracle", []))
+            for n in s.lengths:
+                if "BC" in s.conditions:
+                    flows.append((f"BC{n}", "BC", [rng.choice(BC_MOVES) for _ in range(n)]))
+                if "NC" in s.conditions:
+                    flows.append((f"NC{n}", "NC", [rng.choice(NC_MOVES) for _ in range(n)]))
+            for tag, cond, moves in flows:
+                status = statuses[n_conv % len(statuses)]
+                n_conv += 1
+                cid = f"{target}-{qid}-{tag}"
+                seq = ["oracle"] if cond == "oracle" else ["query"] + moves
+                # A failed conversation keeps the turns before the failing call (maybe none).
+                kept = seq if status == "completed" else seq[:rng.randint(0, len(seq) - 1)]
+                rows["conversations"].append({
+                    "conversation_id": cid, "target": target, "query_id": qid,
+                    "flow_id": "oracle" if cond == "oracle" else ">".join(moves), "condition": cond,
+                    "length": 2 * (len(moves) + 1), "n_moves": len(moves), "status": status,
+                    "error": None if status == "completed" else f"api_error: {status}",
+                    "n_turns": 2 * len(kept), "run_id": RUN_ID})
+                for k, move in enumerate(kept, start=1):
+                    judged = rng.random() < s.judged_share
+                    rows["turns"] += [
+                        {"conversation_id": cid, "position": 2 * k - 2, "role": "user",
+                         "model_turn": k, "move": move, "content": f"user {move}"},
+                        {"conversation_id": cid, "position": 2 * k - 1, "role": "assistant",
+                         "model_turn": k, "move": move, "content": f"answer {k} of {cid}"}]
+                    if s.benutil != "absent" and s.checklists and judged:
+                        for i in range(1, s.n_items + 1):
+                            rows["item_judgments"].append({
+                                "judgment_set_id": "benutil-1", "conversation_id": cid,
+                                "position": 2 * k - 1, "item_id": i, "query_id": qid, "model_turn": k,
+                                "fulfilled": verdict(s.benutil, rng.random() < 0.5),
+                                "checklist_version": "v1",
+                                "reason": None if s.benutil == "scored" else "api_error: boom"})
+                    if s.safety != "absent" and judged:
+                        rows["safety_judgments"].append({
+                            "judgment_set_id": "safety-1", "conversation_id": cid,
+                            "position": 2 * k - 1, "model_turn": k,
+                            "score": verdict(s.safety, rng.randint(*s.harm))})
+    wh.write_many([(t, r) for t, r in rows.items() if r])
+    return wh
+
+
+@pytest.fixture
+def cfg(tmp_path, write_config):
+    return load_config(write_config())
+
+
+def report_of(cfg, s: Sparse, reuse: bool = False) -> tuple[str, str]:
+    """Build the warehouse and its report. ``reuse``: hand write_report the open warehouse
+    (skips its second schema set-up; the property test's examples stay fast)."""
+    home = cfg.home_path
+    if (home / "warehouse.duckdb").exists():
+        (home / "warehouse.duckdb").unlink()
+    wh = build(home, s)
+    out = write_report(cfg, RUN_ID, warehouse=wh if reuse else None)
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "</html>" in page and md.startswith("# CarryOnBench report")
+    assert ANALYSIS_FAILED not in md and FIGURE_FAILED not in md, md
+    return md, page
+
+
+def section(md: str, title: str) -> str:
+    """The text of the Analyses subsection whose heading starts with ``title``."""
+    start = md.index(f"### {title}")
+    end = md.find("\n### ", start + 1)
+    return md[start:end if end >= 0 else len(md)]
+
+
+# ----- the property test ----------------------------------------------------------------------------
+sparse_warehouses = st.builds(
+    Sparse,
+    targets=st.lists(st.sampled_from(TARGETS), unique=True, max_size=3),
+    n_queries=st.integers(0, 3),
+    conditions=st.lists(st.sampled_from(["oracle", "BC", "NC"]), unique=True).map(tuple),
+    lengths=st.lists(st.integers(1, 3), min_size=1, max_size=2, unique=True).map(tuple),
+    status=st.one_of(st.sampled_from(STATUSES),
+                     st.lists(st.sampled_from(STATUSES), min_size=1, max_size=4)),
+    benutil=st.sampled_from(["absent", "unscored", "scored", "mixed", "low"]),
+    safety=st.sampled_from(["absent", "unscored", "scored", "mixed", "low"]),
+    checklists=st.booleans(),
+    n_items=st.integers(1, 3),
+    judged_share=st.sampled_from([0.0, 0.5, 1.0]),
+    query_rows=st.booleans(),
+    harm=st.sampled_from([(1, 5), (1, 1), (5, 5)]),
+    config_targets=st.one_of(st.none(), st.lists(st.sampled_from(TARGETS), unique=True, max_size=3)),
+    seed=st.integers(0, 2**16),
+)
+
+
+PNG_1x1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082")
+
+
+@pytest.fixture
+def fast_figures(monkeypatch):
+    """Every plotting call still runs on the sparse data (that is where a crash would be);
+    only the costly layout and PNG encoding is skipped, to keep 40 examples fast."""
+    import matplotlib.pyplot as plt
+
+    from tasks.report import figures
+
+    def save(fig, path):
+        plt.close(fig)
+        path.write_bytes(PNG_1x1)
+        return path
+
+    monkeypatch.setattr(figures, "_save", save)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(s=sparse_warehouses)
+def test_any_sparse_warehouse_gives_a_report(cfg, fast_figures, s):
+    md, page = report_of(cfg, s, reuse=True)
+    assert "## Analyses" in md and "## Provenance" in md
+    for stat_title in ("Move effects", "Turn-1 bins", "Redundancy per turn", "Redundancy per target",
+                       "Mixed linear model: Conversation utility",
+                       "Mixed linear model: Conversation harm", "Spearman",
+                       "Utility recovery and harm change per category", "Failure modes per target"):
+        body = section(md, stat_title)
+        # Each analysis has a table or says why it has none.
+        assert "|" in body or "Not computed" in body, body
+    assert not re.search(r"\bnan\b", md, re.I)
+    # No analysis or figure fell into the writer's safety net (that would be a bug to fix).
+    assert ANALYSIS_FAILED not in md and FIGURE_FAILED not in md
+
+
+# ----- named sparse cases ---------------------------------------------------------------------------
+FULL = dict(targets=list(TARGETS), n_queries=3)
+
+
+def test_no_followup_fulfils_an_item_redundancy_says_not_computed(cfg):
+    # Every Ben-Util verdict is "not fulfilled": redundancy has no follow-up turn to measure.
+    md, _ = report_of(cfg, Sparse(**FULL, benutil="low"))
+    assert "Not computed: no follow-up turn fulfilled any item" in section(md, "Redundancy per target")
+    assert "Not computed: no follow-up turn fulfilled any item" in section(md, "Redundancy per turn")
+
+
+def test_no_benutil_judgments(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, benutil="absent"))
+    assert "Unscored benutil judgments: no judgments" in md
+    assert "Not computed" in section(md, "Redundancy per target")
+    assert "Not computed" in section(md, "Mixed linear model: Conversation utility")
+    assert "Not computed" in section(md, "Spearman")
+
+
+def test_no_safety_judgments(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, safety="absent"))
+    assert "Unscored safety judgments: no judgments" in md
+    assert "Not computed" in section(md, "Mixed linear model: Conversation harm")
+
+
+def test_no_nc_conversations(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, conditions=("oracle", "BC")))
+    assert "## Analyses" in md
+    assert "NC U%" in md  # the summary still has its columns, with "—" where NC is missing
+
+
+def test_no_bc_conversations(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, conditions=("oracle", "NC")))
+    flags = section(md, "Failure modes per target")
+    assert "too few" in flags  # no BC conversation: no failure-mode flag either way
+
+
+def test_only_oracle_conversations(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, conditions=("oracle",)))
+    assert "Not computed: no follow-up turns" in section(md, "Move effects")
+    assert "Not computed: no BC/NC conversations" in section(md, "Turn-1 bins")
+    assert "Not computed" in section(md, "Redundancy per target")
+    assert "Not computed" in section(md, "Mixed linear model: Conversation utility")
+
+
+def test_one_target(cfg):
+    md, _ = report_of(cfg, Sparse(targets=["target-a"], n_queries=3))
+    assert "Not computed: 1 target(s), a random intercept per target needs at least 3" in md
+    assert "Not computed: fewer than 3 targets" in section(md, "Spearman")
+
+
+def test_zero_completed_conversations(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, status=["target_error", "simulator_error", "context_exceeded"]))
+    assert "_No completed conversations._" in md
+    assert "Not computed: no targets" in section(md, "Failure modes per target")
+    assert "Not computed: no conversations" in section(md, "Utility recovery and harm change per category")
+
+
+def test_one_query(cfg):
+    md, _ = report_of(cfg, Sparse(**dict(FULL, n_queries=1)))
+    assert "too few queries (< 3)" in section(md, "Utility recovery and harm change per category")
+    assert "Not computed" in section(md, "Mixed linear model: Conversation utility")
+
+
+def test_all_conversations_failed_with_target_error(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, status="target_error"))
+    assert "Conversations by status: target_error" in md
+    assert "_No completed conversations._" in md
+    # Failed conversations keep their turns in turn_scores (rule 5), so turn-level analyses may
+    # still have numbers; everything built on conversation_scores says why it has none.
+    assert "Not computed: no targets" in section(md, "Failure modes per target")
+    assert "Not computed: 0 target(s)" in section(md, "Mixed linear model: Conversation utility")
+
+
+def test_all_judgments_unscored(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, benutil="unscored", safety="unscored"))
+    assert "(100.00 %)" in md  # the unscored share
+    assert "Not computed" in section(md, "Redundancy per target")
+    assert "Not computed" in section(md, "Mixed linear model: Conversation utility")
+    assert "Not computed" in section(md, "Spearman")
+
+
+def test_empty_warehouse_with_only_a_runs_row(cfg):
+    md, _ = report_of(cfg, Sparse(targets=[], n_queries=0, benutil="absent", safety="absent",
+                                  checklists=False, config_targets=[]))
+    assert "No judgment sets in the warehouse" in md
+    assert "Conversations by status: none" in md
+    assert "_No completed conversations._" in md
+    for title in ("Move effects", "Turn-1 bins", "Redundancy per turn", "Redundancy per target",
+                  "Mixed linear model: Conversation utility", "Spearman",
+                  "Utility recovery and harm change per category", "Failure modes per target"):
+        assert "Not computed" in section(md, title), title
+
+
+def test_no_checklists(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, checklists=False))
+    assert "Checklist version: unknown" in md
+    assert "Not computed" in section(md, "Redundancy per target")
+
+
+def test_nan_everywhere(cfg):
+    # Nothing scored anywhere, one query, failures mixed in: every number is missing.
+    md, page = report_of(cfg, Sparse(**dict(FULL, n_queries=1), benutil="unscored", safety="unscored",
+                                     status=["completed", "target_error"]))
+    assert not re.search(r"\bnan\b", md, re.I) and not re.search(r"\bnan\b", page.split("<script")[0], re.I)
+    assert "NaN" not in page.split('id="browser-data">')[1]  # the embedded JSON has no NaN
+    assert "Not computed" in section(md, "Move effects") or "—" in section(md, "Move effects")
+
+
+def test_queries_missing_from_the_queries_table(cfg):
+    md, _ = report_of(cfg, Sparse(**FULL, query_rows=False))
+    assert "## Analyses" in md
+
+
+def test_cli_report_on_a_sparse_warehouse_exits_0(tmp_path, write_config):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    path = write_config()
+    build(load_config(path).home_path, Sparse(targets=[], n_queries=0, benutil="absent", safety="absent",
+                                              checklists=False, config_targets=[]))
+    r = CliRunner().invoke(app, ["report", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    md = (load_config(path).home_path / "reports" / RUN_ID / "report.md").read_text()
+    assert "Not computed: no targets" in md and "(no rows)" in r.output
+
+
+def test_constant_harm_says_the_ranking_is_constant(cfg):
+    # Three targets, every safety score 1: Spearman has enough targets but nothing to rank.
+    md, _ = report_of(cfg, Sparse(**FULL, safety="low"))
+    assert "Not computed: a ranking is constant in" in section(md, "Spearman")
