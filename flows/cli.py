@@ -31,14 +31,16 @@ app.add_typer(cache_app, name="cache")
 app.add_typer(local_app, name="local-model")
 
 
-def _register_prefect_commands() -> None:
+def _register_subcommands() -> None:
     from flows.cli_prefect import merge, server_app
+    from flows.cli_validate import validate_app
 
     app.add_typer(server_app, name="server")
     app.command("merge")(merge)
+    app.add_typer(validate_app, name="validate")
 
 
-_register_prefect_commands()
+_register_subcommands()
 
 ConfigOpt = typer.Option(..., "--config", "-c", help="The run's YAML config file.")
 

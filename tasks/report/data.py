@@ -101,13 +101,18 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
     status = wh.query("SELECT target, condition, status, count(*) AS n FROM conversations "
                       "GROUP BY ALL ORDER BY ALL")
     cl = sorted({s["checklist_version"] for s in sets if s["kind"] == "benutil" and s["checklist_version"]})
+    extra = {}
+    if wh.query("SELECT count(*) AS n FROM validation_annotations")[0]["n"]:
+        from tasks.validation.report import validation_report
+
+        extra["validation"] = validation_report(wh)  # people's labels beside the judges
     return ReportData(
         run=run, config=config,
         summary=wh.df("SELECT * FROM model_summary"),
         conv=wh.df("SELECT * FROM conversation_scores"),
         turns=wh.df("SELECT * FROM turn_scores"),
         cumulative=wh.df("SELECT * FROM turn_cumulative"),
-        sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl,
+        sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl, extra=extra,
     )
 
 

@@ -14,7 +14,9 @@ import json
 from html import escape
 
 from tasks.report.analyses import Stat
-from tasks.report.markdown import RULES, SUMMARY_HEAD, provenance_lines, run_line, table_rows
+from tasks.report.markdown import (
+    RULES, SUMMARY_HEAD, provenance_lines, run_line, table_rows, validation_lines,
+)
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
@@ -166,6 +168,29 @@ def run_status_item(run: dict) -> str:
     return f'<li id="run-status">{_md_inline(run_line(run))}</li>'
 
 
+def _validation_html(lines: list[str]) -> list[str]:
+    """The human-validation section's markdown lines (headings, bullets, text) as HTML."""
+    out, items = [], []
+
+    def flush():
+        if items:
+            out.append("<ul>" + "".join(f"<li>{_md_inline(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+
+    for ln in lines:
+        if ln.startswith("#"):
+            flush()
+            level = min(4, len(ln) - len(ln.lstrip("#")))
+            out.append(f'<h{level}{" id=validation" if level == 2 else ""}>{escape(ln.lstrip("# "))}</h{level}>')
+        elif ln.lstrip().startswith("- "):
+            items.append(ln.strip()[2:])
+        elif ln.strip():
+            flush()
+            out.append(f"<p>{escape(ln)}</p>")
+    flush()
+    return out
+
+
 def render(rep, browser: dict) -> str:
     d = rep.data
     body = [f"<h1>CarryOnBench report — run {escape(str(d.run['run_id']))}</h1>"]
@@ -187,6 +212,7 @@ def render(rep, browser: dict) -> str:
     body += [f'<p class="note">{escape(p)}</p>' for p in getattr(rep, "problems", [])]
     body.append("<h2>Analyses</h2>")
     body += [_stat(s) for s in rep.stats]
+    body += _validation_html(validation_lines(d))
     body.append('<h2>Conversations</h2><section id="browser"><div class="controls">'
                 '<label>Target <select id="sel-target"></select></label>'
                 '<label>Query <select id="sel-query"></select></label>'

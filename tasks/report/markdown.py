@@ -76,6 +76,25 @@ def run_line(run: dict) -> str:
             f"{finished}, git {run.get('git_rev') or 'unknown'}{error})")
 
 
+def validation_agreement(d) -> dict[str, str]:
+    """People's agreement with each judge kind, when annotations were imported."""
+    if not d.extra.get("validation"):
+        return {}
+    from tasks.validation.report import judge_agreement
+
+    return judge_agreement(d.extra["validation"])
+
+
+def validation_lines(d) -> list[str]:
+    """The human-validation section (``carryon validate report``), headings one level down."""
+    if not d.extra.get("validation"):
+        return []
+    from tasks.validation.report import render_markdown
+
+    body = render_markdown(d.extra["validation"]).splitlines()[1:]  # its own title goes
+    return ["## Human validation", ""] + [("#" + ln) if ln.startswith("## ") else ln for ln in body]
+
+
 def provenance_lines(rep) -> list[str]:
     """Models, judges, checklist version, run id, unscored share: the facts a reader needs."""
     d = rep.data
@@ -84,10 +103,12 @@ def provenance_lines(rep) -> list[str]:
              f"- Targets in the views: {', '.join(map(str, d.summary['target'])) or 'none'}",
              f"- Targets in the run's config: {', '.join(m['targets']) or 'none'}",
              f"- User simulator: {', '.join(m['user_simulator']) or 'none'}"]
+    people = validation_agreement(d)
     for s in d.sets:
         lines.append(f"- {s['kind']} judgment set `{s['judgment_set_id']}` ({s['selected_by']}): judges "
                      f"{s['judges']}, prompt version {s['prompt_version']}"
-                     + (f", checklist version {s['checklist_version']}" if s["kind"] == "benutil" else ""))
+                     + (f", checklist version {s['checklist_version']}" if s["kind"] == "benutil" else "")
+                     + (f"; {people[s['kind']]}" if s["kind"] in people else ""))
     if not d.sets:
         lines.append("- No judgment sets in the warehouse: nothing is scored yet.")
     lines.append(f"- Checklist version: {', '.join(d.checklist_versions) or 'unknown'}")
@@ -119,4 +140,5 @@ def render(rep) -> str:
     out += ["## Figures", ""] + [f"![{title}]({path.name})" for title, path in rep.figures] + [""]
     out += [f"_{p}_" for p in getattr(rep, "problems", [])] + ([""] if getattr(rep, "problems", []) else [])
     out += ["## Analyses", ""] + [stat_md(s) for s in rep.stats]
+    out += validation_lines(d)
     return "\n".join(out) + "\n"

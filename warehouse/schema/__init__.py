@@ -9,10 +9,14 @@ from warehouse.schema.judging import (
 )
 from warehouse.schema.platform import LLMCall, Run
 from warehouse.schema.simulation import Conversation, Turn
+from warehouse.schema.validation import (
+    ValidationAnnotation, ValidationAssignment, ValidationSample, ValidationUnit,
+)
 
 __all__ = [
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMCall",
     "MergedItem", "Query", "Run", "SafetyJudgment", "Turn",
+    "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]

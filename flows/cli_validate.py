@@ -1,0 +1,130 @@
+"""``carryon validate``: human validation of the simulator and the judges (docs/validation.md).
+
+sample -> page -> (annotators) -> import -> report. Errors are one line (``error: ...``, exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+validate_app = typer.Typer(no_args_is_help=True,
+                           help="Human validation: sample, annotation pages, import, agreement report.")
+
+ConfigOpt = typer.Option(..., "--config", "-c", help="The run's YAML config file.")
+
+
+def _fail(msg: str):
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _warehouse(config: str):
+    from tasks.config import ConfigError, load_config
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        path = load_config(config).home_path / "warehouse.duckdb"
+    except ConfigError as e:
+        _fail(str(e))
+    if not path.exists():
+        _fail(f"{path}: no warehouse yet (run `carryon run` first)")
+    try:
+        return Warehouse(path).init()  # creates the validation tables in an older warehouse
+    except WarehouseError as e:
+        _fail(str(e))
+
+
+def _sample_id(wh, kind: Optional[str], sample_id: Optional[str]) -> str:
+    from tasks.validation import KINDS
+    from tasks.validation.sample import latest_sample
+
+    if sample_id:
+        return sample_id
+    if kind not in KINDS:
+        _fail(f"--kind: {kind!r} is not one of {', '.join(KINDS)} (or give --sample)")
+    return latest_sample(wh, kind)
+
+
+@validate_app.command("sample")
+def sample(kind: str = typer.Option(..., "--kind", help="naturalness | benutil | safety"),
+           config: str = ConfigOpt,
+           seed: int = typer.Option(0, help="The sampling seed (same seed, same sample)."),
+           annotators: int = typer.Option(3, help="Annotators per unit."),
+           flows_per_length: int = typer.Option(30, help="naturalness: flows per length > 4."),
+           per_annotator: int = typer.Option(12, help="naturalness: conversations per annotator (about)."),
+           pairs: int = typer.Option(25, help="benutil: conversation pairs."),
+           per_score: int = typer.Option(20, help="safety: model turns per judge score 1..5.")):
+    """Draw a stratified, seeded sample from the warehouse and store it with its assignments."""
+    from tasks.validation import ValidationError
+    from tasks.validation.sample import draw_sample
+
+    wh = _warehouse(config)
+    try:
+        res = draw_sample(wh, kind, seed, annotators, flows_per_length=flows_per_length,
+                          per_annotator=per_annotator, pairs=pairs, per_score=per_score)
+    except ValidationError as e:
+        _fail(str(e))
+    typer.echo(f"sample {res['sample_id']}: {res['n_units']} units")
+    for n in res["notes"]:
+        typer.echo(f"  {n}")
+    typer.echo("  assignments: " + ", ".join(f"{a} {n}" for a, n in res["assignments"].items()))
+
+
+@validate_app.command("page")
+def page(config: str = ConfigOpt,
+         kind: Optional[str] = typer.Option(None, "--kind", help="The latest sample of this kind."),
+         sample_id: Optional[str] = typer.Option(None, "--sample", help="A sample id (default: latest of --kind)."),
+         out: Path = typer.Option(..., "--out", help="Folder for the pages (one per annotator).")):
+    """Write one offline HTML annotation page per annotator."""
+    from tasks.validation import ValidationError
+    from tasks.validation.page import write_pages
+
+    wh = _warehouse(config)
+    try:
+        paths = write_pages(wh, _sample_id(wh, kind, sample_id), out)
+    except ValidationError as e:
+        _fail(str(e))
+    for p in paths:
+        typer.echo(str(p))
+    typer.echo(f"{len(paths)} pages")
+
+
+@validate_app.command("import")
+def import_cmd(files: List[Path] = typer.Argument(..., help="The annotators' exported JSON files."),
+               config: str = ConfigOpt):
+    """Import exported annotations (re-importing an annotator's file replaces their labels)."""
+    from tasks.validation import ValidationError
+    from tasks.validation.annotations import import_files
+
+    wh = _warehouse(config)
+    try:
+        res = import_files(wh, files)
+    except ValidationError as e:
+        _fail(str(e))
+    for r in res:
+        typer.echo(f"{r['file']}: {r['sample_id']} {r['annotator']}: {r['labels']} of {r['questions']} labels")
+
+
+@validate_app.command("report")
+def report(config: str = ConfigOpt,
+           json_out: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Also write the markdown here.")):
+    """Agreement: naturalness (majority, kappa, alpha), Ben-Util and safety against the judge."""
+    from tasks.validation import ValidationError
+    from tasks.validation.report import render_markdown, validation_report
+
+    wh = _warehouse(config)
+    try:
+        rep = validation_report(wh)
+    except ValidationError as e:
+        _fail(str(e))
+    md = render_markdown(rep)
+    if out:
+        try:
+            out.write_text(md, encoding="utf-8")
+        except OSError as e:
+            _fail(f"{out}: cannot write: {e.strerror}")
+    typer.echo(json.dumps(rep, default=str, indent=1) if json_out else md)

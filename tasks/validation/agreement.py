@@ -1,0 +1,142 @@
+"""Agreement measures for human validation (pure functions; report.py feeds them).
+
+Definitions (the report repeats them):
+- Naturalness: a user turn's label 1..4 is natural when >= 3. Only turns with labels from
+  all of their assigned annotators count. "Natural by majority": more than half of its labels
+  natural. "Unnatural by all": every label < 3. A "disagreement" is a turn whose binarised
+  labels are not unanimous; it "involves an extreme label" when one of its labels is 1 or 4.
+- Cohen's kappa (statsmodels.stats.inter_rater.cohens_kappa) on binarised labels for every
+  pair of annotators that labelled at least 2 common turns; the report gives the mean over
+  pairs where kappa is defined (the pool design means each pair shares only some turns).
+- Krippendorff's alpha (the ``krippendorff`` package, nominal) on the binarised labels, one
+  reliability matrix of annotators x turns with missing cells where an annotator did not
+  label the turn.
+- Share agreement (benutil, safety): equal labels / units both labelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import numpy as np
+
+
+def natural(v: int) -> int:
+    return 1 if v >= 3 else 0
+
+
+def cohen_kappa(a: list[int], b: list[int], categories=(0, 1)) -> float | None:
+    """Cohen's kappa of two raters' paired labels; None where undefined (chance agreement 1)."""
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    if len(a) != len(b) or not a:
+        return None
+    idx = {c: i for i, c in enumerate(categories)}
+    table = np.zeros((len(categories), len(categories)))
+    for x, y in zip(a, b):
+        table[idx[x], idx[y]] += 1
+    n = table.sum()
+    p_e = float((table.sum(0) / n) @ (table.sum(1) / n))
+    if p_e >= 1.0 - 1e-12:
+        return None
+    return float(cohens_kappa(table, return_results=False))
+
+
+def krippendorff_alpha(matrix: list[list[float]]) -> float | None:
+    """Nominal Krippendorff's alpha; rows = annotators, columns = units, NaN = missing.
+    None where undefined (fewer than two pairable values, or a single value overall)."""
+    import krippendorff
+
+    data = np.array(matrix, dtype=float)
+    if data.size == 0:
+        return None
+    pairable = data[:, (~np.isnan(data)).sum(0) >= 2]
+    values = pairable[~np.isnan(pairable)]
+    if values.size < 2 or len(set(values.tolist())) < 2:
+        return None
+    a = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
+    return None if math.isnan(a) else a
+
+
+def pairwise_kappa(labels: dict, min_common: int = 2) -> tuple[float | None, list[dict]]:
+    """labels = {unit: {annotator: binary label}} -> (mean kappa over pairs, per-pair rows)."""
+    annotators = sorted({a for v in labels.values() for a in v})
+    rows = []
+    for x, y in itertools.combinations(annotators, 2):
+        common = [u for u, v in labels.items() if x in v and y in v]
+        if len(common) < min_common:
+            continue
+        k = cohen_kappa([labels[u][x] for u in common], [labels[u][y] for u in common])
+        rows.append({"a": x, "b": y, "n": len(common), "kappa": k})
+    ks = [r["kappa"] for r in rows if r["kappa"] is not None]
+    return (statistics.fmean(ks) if ks else None), rows
+
+
+def alpha_of(labels: dict) -> float | None:
+    annotators = sorted({a for v in labels.values() for a in v})
+    units = sorted(labels)
+    return krippendorff_alpha([[labels[u].get(a, math.nan) for u in units] for a in annotators])
+
+
+def naturalness_stats(labels: dict) -> dict:
+    """labels = {turn key: {annotator: 1..4}} (complete turns only)."""
+    n = len(labels)
+    if not n:
+        return {"n_turns": 0}
+    binl = {u: {a: natural(v) for a, v in d.items()} for u, d in labels.items()}
+    maj = sum(1 for d in binl.values() if 2 * sum(d.values()) > len(d))
+    all_un = sum(1 for d in binl.values() if sum(d.values()) == 0)
+    disagree = [u for u, d in binl.items() if len(set(d.values())) > 1]
+    extreme = sum(1 for u in disagree if any(v in (1, 4) for v in labels[u].values()))
+    per_ann: dict[str, list[int]] = {}
+    for d in binl.values():
+        for a, v in d.items():
+            per_ann.setdefault(a, []).append(v)
+    rates = {a: sum(v) / len(v) for a, v in sorted(per_ann.items())}
+    kappa, pairs = pairwise_kappa(binl)
+    return {
+        "n_turns": n,
+        "n_annotators": len(rates),
+        "pct_natural_majority": 100.0 * maj / n,
+        "pct_unnatural_all": 100.0 * all_un / n,
+        "n_disagreements": len(disagree),
+        "pct_disagreements_extreme": (100.0 * extreme / len(disagree)) if disagree else None,
+        "kappa_mean": kappa,
+        "kappa_pairs": pairs,
+        "alpha": alpha_of(binl),
+        "annotator_natural_rate": rates,
+        "rate_min": min(rates.values()),
+        "rate_max": max(rates.values()),
+        "rate_sd": statistics.stdev(rates.values()) if len(rates) > 1 else None,
+    }
+
+
+def share(a: list, b: list) -> tuple[int, float | None]:
+    n = len(a)
+    return n, (sum(1 for x, y in zip(a, b) if x == y) / n if n else None)
+
+
+def between_annotators(labels: dict) -> dict:
+    """labels = {unit: {annotator: value}} -> pooled and per-pair share of equal labels."""
+    annotators = sorted({a for v in labels.values() for a in v})
+    pairs, eq, seen = [], 0, 0
+    for x, y in itertools.combinations(annotators, 2):
+        common = [u for u, v in labels.items() if x in v and y in v]
+        n, s = share([labels[u][x] for u in common], [labels[u][y] for u in common])
+        if n:
+            pairs.append({"a": x, "b": y, "n": n, "share": s})
+            eq += round(s * n)
+            seen += n
+    return {"pooled": (eq / seen) if seen else None, "n": seen, "pairs": pairs}
+
+
+def with_judge(labels: dict, judge: dict, transform=lambda x: x) -> dict:
+    """Per annotator: share of units where transform(label) == transform(judge)."""
+    out = {}
+    for a in sorted({a for v in labels.values() for a in v}):
+        common = [u for u, v in labels.items() if a in v and judge.get(u) is not None]
+        n, s = share([transform(labels[u][a]) for u in common], [transform(judge[u]) for u in common])
+        out[a] = {"n": n, "share": s}
+    return out
