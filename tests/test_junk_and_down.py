@@ -160,8 +160,8 @@ def test_a_server_that_dies_mid_run_ends_the_run_with_one_line(tmp_path):
         cfg["models"]["defaults"]["max_retries"] = 1
         path = tmp_path / "c.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        env.pop("PREFECT_API_URL", None)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CARRYON_"))}
+        env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(tmp_path / "prefect"))
         run = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "--config", str(path)],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         import urllib.request

@@ -121,8 +121,10 @@ def llm_process(tmp_path):
 
 
 def _env(tmp_path: Path) -> dict:
+    # No PREFECT_* or CARRYON_* variable of the test process (the session's Prefect test
+    # harness sets several): the child must see a user's plain environment.
     env = {k: v for k, v in os.environ.items()
-           if k != "PREFECT_API_URL" and not k.startswith("CARRYON_")}
+           if not k.startswith(("PREFECT_", "CARRYON_"))}
     env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1",
                PREFECT_HOME=str(tmp_path / "prefect-home"))  # its own SQLite database
