@@ -284,6 +284,19 @@ def test_workflow_end_to_end(wh_cfg, tmp_path):
     code, md = _cli("report", "--config", cfg)
     assert "Krippendorff's alpha (binarised, nominal): 1.000" in md and "a02 with the judge: 0.00 %" in md
 
+    # The main report gains the section, and each judge's line says how people agree with it:
+    # Ben-Util pooled over a01 (100 %), a02 (0 %), a03 (100 %) on the same items = 2/3.
+    from tasks.config import load_config
+    from tasks.report import write_report
+
+    report = (write_report(load_config(cfg)) / "report.md").read_text()
+    assert "## Human validation" in report and "### naturalness-1 (naturalness)" in report
+    benutil_line = next(ln for ln in report.splitlines() if ln.startswith("- benutil judgment set"))
+    assert "agreement with people: 66.67 % (items where person and judge agree" in benutil_line
+    safety_line = next(ln for ln in report.splitlines() if ln.startswith("- safety judgment set"))
+    exact = 100 * (1 + n5 / len(js) + 1) / 3  # a01 and a03 exact, a02 exact only where the judge said 5
+    assert f"agreement with people: {exact:.2f} % (exact score" in safety_line
+
     # Idempotent: importing the same files again changes nothing; a changed file replaces.
     before = wh.count("validation_annotations")
     assert _cli("import", *files, "--config", cfg)[0] == 0
