@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -22,16 +23,13 @@ from tasks.gateway import Gateway, ServerUnavailable
 from tasks.gateway.junk import junk_reason
 from tasks.intents import IntentOut, intent_messages
 from tests.conftest import base_config
+from tests.test_gateway import spec_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def spec(api_base, **over) -> ModelSpec:
-    base = ModelSpec(name="m", model="openai/test-model", api_base=api_base, api_key_env=None,
-                     temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,
-                     max_concurrency=8, rpm=None, timeout_s=5.0, max_retries=1,
-                     structured="json_schema", mode="chat", where="models.test")
-    return replace(base, **over)
+    return spec_for(SimpleNamespace(api_base=api_base), **{"max_retries": 1, **over})
 
 
 @pytest.fixture
