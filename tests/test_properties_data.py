@@ -278,9 +278,14 @@ def judge_env(tmp_path_factory):
 def _expected(raw: str, schema):
     from tasks.gateway import parse_structured
 
+    from tasks.gateway.junk import junk_reason
+
     if not raw.strip():
         return None, "empty_output"
     obj, _ = parse_structured(raw, schema)
+    # A schema-valid answer with a field of no words ("\x1b", "...") is not an answer either.
+    if obj is not None and junk_reason(raw, obj, None) is not None:
+        return None, "invalid_output"
     return obj, (None if obj is not None else "invalid_output")
 
 
