@@ -40,7 +40,7 @@ def test_start_without_extra_raises_clear_error(monkeypatch, tmp_path):
         return None if name == "llama_cpp" else real_find_spec(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib.util, "find_spec", fake_find_spec)
-    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[local\]'") as exc:
+    with pytest.raises(RuntimeError, match=r"WITH_LOCAL=1 bash scripts/setup\.sh") as exc:
         local_model.start(tmp_path)
     assert "llama_cpp" in str(exc.value)
     assert not (tmp_path / "local-model" / "server.json").exists()
