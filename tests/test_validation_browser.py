@@ -18,25 +18,10 @@ from tasks.validation.page import write_pages
 from tasks.validation.sample import draw_sample
 from tests.test_report import build_synthetic
 from tests.test_report_browser import CHROMIUM, Page, chromium  # noqa: F401  (fixture)
+from tests.test_report_browser import _open as _session
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs /usr/bin/chromium")]
-
-
-async def _session(port: int, url: str, steps):
-    import aiohttp
-
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
-            targets = await r.json(content_type=None)
-        t = next(t for t in targets if t["type"] == "page")
-        async with http.ws_connect(t["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            page = Page(ws)
-            for domain in ("Runtime", "Log", "Page"):
-                await page.send(f"{domain}.enable")
-            await page.send("Page.navigate", url=url)
-            await page.wait_event("Page.loadEventFired")
-            return await steps(page)
 
 
 async def _reload(page: Page):

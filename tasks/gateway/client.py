@@ -309,7 +309,8 @@ class Gateway:
                 r.parsed, err = parse_structured(r.content, schema)
                 if err:  # a schema changed under an old entry: treat as a miss
                     hit = None
-            if hit is not None and junk_reason(r.content, r.parsed, messages, prompt):
+            if hit is not None and not hit.get("junk_checked") \
+                    and junk_reason(r.content, r.parsed, messages, prompt):
                 hit = None  # stored by a version without the junk rules: ask again
             if hit is not None:
                 st.hits += 1
@@ -321,7 +322,9 @@ class Gateway:
         if r.ok:
             self.cache.set(key, {"content": r.content, "prompt_tokens": r.prompt_tokens,
                                  "completion_tokens": r.completion_tokens,
-                                 "cost_usd": r.cost_usd, "role": role, "model": spec.model}, role)
+                                 "cost_usd": r.cost_usd, "role": role, "model": spec.model,
+                                 # passed junk_reason when stored: no re-check on every hit
+                                 "junk_checked": True}, role)
         else:
             st.failures += 1
         self._record(role, spec, r)
