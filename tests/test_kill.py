@@ -160,17 +160,28 @@ def _cleanup(proc: subprocess.Popen, seen: dict) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _merge(seen: dict, now: dict[int, tuple[str, str]]) -> None:
+    """Add ``now`` to ``seen`` without forgetting a command line: a process that is exiting
+    (or between fork and exec) reads as an empty /proc/<pid>/cmdline, so the last look at the
+    temporary server can say "" although an earlier one saw its marker. The latest non-empty
+    command line wins (between fork and exec a child still shows its parent's)."""
+    for pid, (start, cmd) in now.items():
+        old = seen.get(pid)
+        if old is None or old[0] != start or cmd:
+            seen[pid] = (start, cmd)
+
+
 def _watch(proc: subprocess.Popen, seen: dict, until, log: Path, timeout: float = 240,
            may_exit: bool = False) -> None:
     """Collect proc's descendants into ``seen`` until ``until()`` is true."""
     deadline = time.monotonic() + timeout
     while not until():
-        seen.update(descendants(proc.pid))
+        _merge(seen, descendants(proc.pid))
         if proc.poll() is not None and not may_exit:
             pytest.fail(f"carryon run ended (rc {proc.returncode}) too early:\n{log.read_text()[-3000:]}")
         assert time.monotonic() < deadline, f"timed out:\n{log.read_text()[-3000:]}"
         time.sleep(0.1)
-    seen.update(descendants(proc.pid))
+    _merge(seen, descendants(proc.pid))
 
 
 def _servers(seen: dict) -> list[int]:
