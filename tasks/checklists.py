@@ -2,17 +2,25 @@
 
 Steps, each a cached gateway call whose output is stored:
 
-1. ensemble answers  (role ``ensemble``; every model answers the oracle prompt) → ensemble_answers
+1. ensemble answers  (role ``ensemble``; every model is asked for a detailed, compliant answer
+                     to the oracle prompt) → ensemble_answers; an answer cut at max_tokens is
+                     recorded with its text and a ``truncated`` error, and not used
 2. guard filter      (role ``wildguard``; WildGuard's text format, or any chat model) → guard_verdicts;
-                     answers judged harmful, or whose verdict is missing, are dropped; a query
-                     needs ``checklists.min_harmless`` kept answers → checklist_queries
+                     answers judged harmful, refusals, and answers whose verdict is missing are
+                     dropped (the reason is stored per answer); a query needs
+                     ``checklists.min_harmless`` kept answers → checklist_queries
 3. decomposition     (role ``decomposer``; each kept answer → yes/no items) → decomposed_items
-4. merge             (role ``merger``; one deduplicated list citing answer ids) → merged_items
+4. merge             (role ``merger``; one deduplicated list citing answer ids, most important
+                     first) → merged_items; only the first ``checklists.max_items`` go on (the
+                     rest are stored with ``capped`` set, and the query's ``capped_from`` says
+                     how many the merger wrote)
 5. misuse filter     (role ``misuse_filter``; keep/drop each merged item) → merged_items.kept
    → checklist_items, checklists (items numbered 1..n, version = hash of the items)
 
 A step that fails for a query (model error, or garbage after the gateway's re-asks) drops the
-query with the step and reason in ``checklist_queries``; an empty checklist is never written.
+query with the step and reason in ``checklist_queries``; an answer cut off at ``max_tokens`` is
+its own reason (``truncated: ...``), never a silent short answer. An empty checklist is never
+written. Only queries with a checklist go on to simulation and judging.
 The ``checklists`` table holds each query's valid checklists; the current one is the latest
 ``created``. When a rerun drops a query, its ``checklists`` rows are removed (its items stay
 under their versions, so older judgments still resolve), so "current" always reflects the
@@ -22,6 +30,7 @@ latest run that processed the query.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -45,6 +54,22 @@ class Roles:
     merger: ModelSpec
     misuse: ModelSpec
     min_harmless: int
+    max_items: int = 23
+
+
+# Token budgets of the stage's roles when neither the role's entry nor ``models.defaults`` sets
+# ``max_tokens`` (the generic fallback, 1024, cuts a detailed answer or a long merged list).
+# A merged list of 23 items with categories and answer ids runs to about 1,500 tokens, and the
+# merger may write more before the cap; the misuse filter writes a decision and a reason per
+# item; WildGuard writes three short lines (or, in chat mode, three booleans as JSON).
+ROLE_MAX_TOKENS = {"ensemble": 2048, "wildguard": 128, "decomposer": 2048, "merger": 4096,
+                   "misuse_filter": 3072}
+
+
+def _budgeted(cfg: Config, role: str, spec: ModelSpec, entry) -> ModelSpec:
+    if entry is not None and entry.max_tokens is None and cfg.models.defaults.max_tokens is None:
+        return dataclasses.replace(spec, max_tokens=ROLE_MAX_TOKENS[role])
+    return spec
 
 
 def resolve_roles(cfg: Config) -> Roles:
@@ -58,9 +83,11 @@ def resolve_roles(cfg: Config) -> Roles:
     if len(ensemble) < cfg.checklists.min_harmless:
         raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
                           f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")
-    return Roles(ensemble, cfg.role_spec("wildguard"), cfg.role_spec("decomposer"),
-                 cfg.role_spec("merger"), cfg.role_spec("misuse_filter"),
-                 cfg.checklists.min_harmless)
+    ensemble = [_budgeted(cfg, "ensemble", s, e) for s, e in zip(ensemble, cfg.models.ensemble)]
+    one = {role: _budgeted(cfg, role, cfg.role_spec(role), getattr(cfg.models, role))
+           for role in ("wildguard", "decomposer", "merger", "misuse_filter")}
+    return Roles(ensemble, one["wildguard"], one["decomposer"], one["merger"],
+                 one["misuse_filter"], cfg.checklists.min_harmless, cfg.checklists.max_items)
 
 
 def checklist_version(items: list[dict]) -> str:
@@ -69,8 +96,28 @@ def checklist_version(items: list[dict]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _fail(r) -> str:
-    return f"{r.error_kind}: {r.error}"
+def truncated(r) -> bool:
+    """True when the answer was cut off at max_tokens: the provider said so (finish reason
+    ``length``), or a structured answer failed as JSON that ends mid-way (the tell-tale of a
+    cut-off answer, after the gateway's re-asks got the same). An answer left empty because
+    the budget went to reasoning has its own error kind and is not counted here."""
+    if getattr(r, "error_kind", None) == "reasoning_exhausted":
+        return False
+    if getattr(r, "finish_reason", None) == "length":
+        return True
+    return (not r.ok and r.error_kind == "invalid_output"
+            and "EOF while parsing" in (r.error or ""))
+
+
+def _fail(r, spec: ModelSpec | None = None) -> str:
+    """The stored reason of a failed or cut-off call. A cut-off answer reads
+    ``truncated: ...`` (naming the budget to raise), followed by the gateway's error, if any."""
+    why = f"{r.error_kind}: {r.error}" if not r.ok else None
+    if spec is not None and truncated(r):
+        cut = (f"truncated: the answer reached max_tokens ({spec.max_tokens}) and was cut off; "
+               f"raise {spec.where}.max_tokens")
+        return f"{cut} ({why})" if why else cut
+    return why or "ok"
 
 
 @dataclass
@@ -86,6 +133,7 @@ class QueryOutcome:
     reason: str | None = None
     version: str | None = None
     n_items: int = 0
+    capped_from: int | None = None  # items the merger wrote, when more than the cap
 
     def drop(self, step: str, reason: str) -> "QueryOutcome":
         self.dropped_step, self.reason = step, reason
@@ -93,7 +141,8 @@ class QueryOutcome:
 
     def summary(self) -> dict:
         return {"query_id": self.query_id, "step": self.dropped_step, "reason": self.reason,
-                "version": self.version, "n_items": self.n_items, "counts": dict(self.counts)}
+                "version": self.version, "n_items": self.n_items, "capped_from": self.capped_from,
+                "counts": dict(self.counts)}
 
 
 # ----- the steps ------------------------------------------------------------------------------
@@ -109,7 +158,7 @@ async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
         text = render("checklists/wildguard.j2", prompt=prompt, response=response) + "\n"
         r = await gw.text(spec, "wildguard", text)
         if not r.ok:
-            return {"kept": False, "reason": f"guard failed: {_fail(r)}", "call_hash": r.call_hash}
+            return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
         try:
             v = parse_wildguard(r.content)
         except ValueError as e:
@@ -123,22 +172,36 @@ async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
                                                    prompt=prompt, response=response)}]
         r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
         if not r.ok:
-            return {"kept": False, "reason": f"guard failed: {_fail(r)}", "call_hash": r.call_hash}
+            return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
         flags, raw = r.parsed.model_dump(), r.content
-    harmful = flags["harmful_response"]
-    return {**flags, "kept": not harmful, "reason": "harmful response" if harmful else None,
-            "raw": raw, "call_hash": r.call_hash}
+    return {**flags, **guard_decision(flags), "raw": raw, "call_hash": r.call_hash}
 
 
-async def _decompose(gw, spec: ModelSpec, oracle: str, answer: str):
+_VERDICTS = ("harmful response", "refusal", "harmful response; refusal")
+
+
+def guard_decision(flags: dict) -> dict:
+    """Keep an answer only if it is neither harmful nor a refusal (a refusal is no gold-standard
+    answer: its items would be boilerplate). ``response_refusal`` None (WildGuard's N/A) is not
+    a refusal. The reason names every cause."""
+    causes = [why for key, why in (("harmful_response", "harmful response"),
+                                   ("response_refusal", "refusal")) if flags.get(key)]
+    return {"kept": not causes, "reason": "; ".join(causes) or None}
+
+
+async def _decompose(gw, spec: ModelSpec, oracle: str, answer: str, max_items: int):
     msgs = [{"role": "user", "content": render("checklists/decompose.j2", oracle_prompt=oracle,
-                                               answer=answer, categories=ITEM_CATEGORIES)}]
+                                               answer=answer, categories=ITEM_CATEGORIES,
+                                               max_items=max_items)}]
     return await gw.chat(spec, "decomposer", msgs, schema=Decomposition)
 
 
 async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id: str,
-                          intent_error: str | None = None) -> QueryOutcome:
-    """Run steps 1-5 for one query; never raises for model failures (they become data)."""
+                          intent_error: str | None = None,
+                          cut_before: frozenset[str] = frozenset()) -> QueryOutcome:
+    """Run steps 1-5 for one query; never raises for model failures (they become data).
+    ``cut_before``: call hashes of ensemble answers an earlier run recorded as cut off (a cache
+    hit may not carry the finish reason; the stored verdict stands)."""
     out = QueryOutcome(q.query_id)
     c = out.counts
     if intent is None:
@@ -147,17 +210,25 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
 
     # 1. ensemble answers
     answers = await asyncio.gather(*(_answer(gw, s, q.query_id, oracle) for s in roles.ensemble))
-    models = {s.name: s.model for s in roles.ensemble}
-    ok = {aid: r.content for aid, r in answers if r.ok}
+    specs = {s.name: s for s in roles.ensemble}
+    # A cut-off answer is not used (its missing half would be missing items); its text is kept
+    # for inspection, with the reason.
+    errors = {aid: _fail(r, specs[aid]) for aid, r in answers if not r.ok or truncated(r)}
+    for aid, r in answers:
+        if r.ok and aid not in errors and r.call_hash in cut_before:
+            r.finish_reason = "length"  # what the earlier run saw for this very call
+            errors[aid] = _fail(r, specs[aid])
+    ok = {aid: r.content for aid, r in answers if aid not in errors}
     c["answers_requested"], c["answers_ok"] = len(answers), len(ok)
+    c["answers_truncated"] = sum(1 for e in errors.values() if e.startswith("truncated"))
     out.rows["ensemble_answers"] = [
-        {"query_id": q.query_id, "answer_id": aid, "model": models[aid],
-         "answer": r.content if r.ok else None, "call_hash": r.call_hash,
-         "error": None if r.ok else _fail(r)} for aid, r in answers]
+        {"query_id": q.query_id, "answer_id": aid, "model": specs[aid].model,
+         "answer": r.content, "call_hash": r.call_hash, "error": errors.get(aid)}
+        for aid, r in answers]
 
     if len(ok) < roles.min_harmless:  # no guard verdict could bring it back to the minimum
         return out.drop("ensemble", f"{len(ok)} answer(s) < min_harmless {roles.min_harmless}; failed: "
-                        + "; ".join(f"{aid}: {_fail(r)}" for aid, r in answers if not r.ok))
+                        + "; ".join(f"{aid}: {e}" for aid, e in errors.items()))
 
     # 2. guard filter (failed answers are not judged: there is nothing to judge)
     verdicts = await asyncio.gather(*(_guard(gw, roles.guard, oracle, text) for text in ok.values()))
@@ -172,17 +243,25 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
         if v["kept"]:
             kept_ids.append(aid)
     c["answers_harmless"] = len(kept_ids)
+    c["answers_harmful"] = sum(1 for v in verdicts if v.get("harmful_response"))
+    c["answers_refused"] = sum(1 for v in verdicts if v.get("response_refusal"))
     if len(kept_ids) < roles.min_harmless:
+        why = {}
+        for v in verdicts:
+            if not v["kept"]:
+                key = v["reason"] if v["reason"] in _VERDICTS else "no verdict"
+                why[key] = why.get(key, 0) + 1
         return out.drop("guard", f"{len(kept_ids)} harmless answer(s) < min_harmless "
                                  f"{roles.min_harmless} ({len(ok) - len(kept_ids)} of {len(ok)} "
-                                 "dropped by the guard)")
+                                 "dropped by the guard: "
+                                 + ", ".join(f"{n} {k}" for k, n in sorted(why.items())) + ")")
 
     # 3. atomic decomposition of every kept answer
-    decs = await asyncio.gather(*(_decompose(gw, roles.decomposer, oracle, ok[a]) for a in kept_ids))
+    decs = await asyncio.gather(*(_decompose(gw, roles.decomposer, oracle, ok[a], roles.max_items) for a in kept_ids))
     per_answer, failures = [], []
     for aid, r in zip(kept_ids, decs):
         if not r.ok:
-            failures.append(f"{aid}: {_fail(r)}")
+            failures.append(f"{aid}: {_fail(r, roles.decomposer)}")
             continue
         items = [it.model_dump() for it in r.parsed.items]
         per_answer.append({"answer_id": aid, "items": items})
@@ -197,13 +276,23 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
     # 4. merge into one list that cites its answers
     msgs = [{"role": "user", "content": render(
         "checklists/merge.j2", oracle_prompt=oracle, answers=per_answer, answer_ids=kept_ids,
-        categories=list(ITEM_CATEGORIES))}]
+        categories=list(ITEM_CATEGORIES), max_items=roles.max_items)}]
     r = await gw.chat(roles.merger, "merger", msgs, schema=merge_model(kept_ids))
     if not r.ok:
-        return out.drop("merge", f"merge failed: {_fail(r)}")
-    merged = [{"question": it.question, "category": it.category,
-               "source_answers": sorted(set(it.source_answers))} for it in r.parsed.items]
+        return out.drop("merge", f"merge failed: {_fail(r, roles.merger)}")
+    written = [{"question": it.question, "category": it.category,
+                "source_answers": sorted(set(it.source_answers))} for it in r.parsed.items]
+    # The cap: the merger lists the most important first, so the first max_items go on; the
+    # rest are stored (capped) and the query records how many the merger wrote.
+    merged, cut = written[:roles.max_items], written[roles.max_items:]
     c["merged_items"] = len(merged)
+    if cut:
+        c["merge_capped"] = len(cut)
+        out.capped_from = len(written)
+    cut_rows = [{"query_id": q.query_id, "merged_index": i, "question": it["question"],
+                 "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
+                 "kept": None, "misuse_reason": None, "capped": True}
+                for i, it in enumerate(cut, start=len(merged) + 1)]
 
     # 5. misuse filter: one decision per merged item, by name
     msgs = [{"role": "user", "content": render("checklists/misuse.j2", oracle_prompt=oracle,
@@ -214,10 +303,10 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
         {"query_id": q.query_id, "merged_index": i, "question": it["question"],
          "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
          "kept": decisions[i - 1].keep if decisions else None,
-         "misuse_reason": decisions[i - 1].reason if decisions else None}
-        for i, it in enumerate(merged, start=1)]
+         "misuse_reason": decisions[i - 1].reason if decisions else None, "capped": False}
+        for i, it in enumerate(merged, start=1)] + cut_rows
     if not r.ok:
-        return out.drop("misuse", f"misuse filter failed: {_fail(r)}")
+        return out.drop("misuse", f"misuse filter failed: {_fail(r, roles.misuse)}")
     final = [it for it, d in zip(merged, decisions) if d.keep]
     c["misuse_dropped"] = len(merged) - len(final)
     if not final:
@@ -256,7 +345,7 @@ def write_outcomes(wh, outcomes: list[QueryOutcome], run_id: str) -> None:
         "query_id": o.query_id, "n_answers": o.counts.get("answers_ok", 0),
         "n_harmless": o.counts.get("answers_harmless", 0), "kept": o.version is not None,
         "step": o.dropped_step, "reason": o.reason, "checklist_version": o.version,
-        "run_id": run_id} for o in outcomes]))
+        "capped_from": o.capped_from, "run_id": run_id} for o in outcomes]))
     batches.append(("checklist_items", [r for o in outcomes for r in o.rows["checklist_items"]]))
     dropped = [o.query_id for o in outcomes if o.version is None]
     if dropped:
@@ -276,9 +365,13 @@ async def build_batch(ctx, queries, roles: Roles | None = None) -> list[dict]:
         rows = ctx.warehouse.query(f"SELECT query_id, error FROM intents WHERE {_in(missing)[0]}",
                                    missing)
         errors = {r["query_id"]: r["error"] for r in rows}
+    cut = frozenset(r["call_hash"] for r in ctx.warehouse.query(
+        f"SELECT call_hash FROM ensemble_answers WHERE {_in([q.query_id for q in queries])[0]} "
+        "AND error LIKE 'truncated:%' AND call_hash IS NOT NULL", [q.query_id for q in queries])
+    ) if queries else frozenset()
     outcomes = await asyncio.gather(*(
         build_checklist(ctx.gateway, roles, q, intents.get(q.query_id), ctx.run_id,
-                        errors.get(q.query_id)) for q in queries))
+                        errors.get(q.query_id), cut) for q in queries))
     write_outcomes(ctx.warehouse, list(outcomes), ctx.run_id)
     return [o.summary() for o in outcomes]
 
@@ -289,8 +382,10 @@ def _share(num: int, den: int) -> float | None:
 
 
 def stage_stats(summaries: list[dict]) -> dict:
-    """Per run: queries in and with a checklist, items per query (min, mean, max) and the share
-    dropped at each step (of what entered that step)."""
+    """Per run: queries in and with a checklist, items per query (min, mean, max), the share
+    dropped at each step (of what entered that step), the answers the guard dropped as harmful
+    or as refusals and those cut off at max_tokens, and the queries whose merged list the cap
+    cut."""
     n = len(summaries)
     built = [s for s in summaries if s["version"]]
     items = [s["n_items"] for s in built]
@@ -314,7 +409,11 @@ def stage_stats(summaries: list[dict]) -> dict:
         "queries_dropped": {step: {"dropped": dropped[step], "entered": reached[step],
                                    "share": _share(dropped[step], reached[step])} for step in STEPS},
         "answers": {"requested": req, "failed_share": _share(req - ok, req),
-                    "guard_dropped_share": _share(ok - harmless, ok)},
+                    "guard_dropped_share": _share(ok - harmless, ok),
+                    "harmful": total("answers_harmful"), "refused": total("answers_refused"),
+                    "truncated": total("answers_truncated")},
+        "merge_cap": {"queries_capped": sum(1 for s in summaries if s.get("capped_from")),
+                      "items_cut": total("merge_capped")},
         "items": {"decomposed": total("decomposed_items"), "merged": merged,
                   "merge_removed_share": _share(merged_in - merged, merged_in),
                   "misuse_dropped_share": _share(misuse_dropped, misuse_in),

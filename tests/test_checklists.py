@@ -105,16 +105,20 @@ def test_stage_stats_hand_computed():
           decompose_failed=0, merged_items=6, misuse_dropped=2),
         s(None, 6, answers_requested=3, answers_ok=3, answers_harmless=3, decomposed_items=12,
           decompose_failed=0, merged_items=6, misuse_dropped=0),
-        s("guard", answers_requested=3, answers_ok=2, answers_harmless=1),
+        s("guard", answers_requested=3, answers_ok=2, answers_harmless=1, answers_refused=1,
+          answers_truncated=1),
         s("intent"),
     ]
+    summaries[1]["capped_from"], summaries[1]["counts"]["merge_capped"] = 30, 24
     st = stage_stats(summaries)
     assert st["queries"] == 4 and st["checklists"] == 2
     assert st["items_per_query"] == {"min": 4, "mean": 5.0, "max": 6}
     assert st["queries_dropped"]["intent"] == {"dropped": 1, "entered": 4, "share": 0.25}
     assert st["queries_dropped"]["guard"] == {"dropped": 1, "entered": 3, "share": 0.3333}
     assert st["queries_dropped"]["misuse"] == {"dropped": 0, "entered": 2, "share": 0.0}
-    assert st["answers"] == {"requested": 9, "failed_share": round(1 / 9, 4), "guard_dropped_share": 0.125}
+    assert st["answers"] == {"requested": 9, "failed_share": round(1 / 9, 4), "guard_dropped_share": 0.125,
+                             "harmful": 0, "refused": 1, "truncated": 1}
+    assert st["merge_cap"] == {"queries_capped": 1, "items_cut": 24}
     assert st["items"] == {"decomposed": 21, "merged": 12, "merge_removed_share": round(9 / 21, 4),
                            "misuse_dropped_share": round(2 / 12, 4), "final": 10}
 
@@ -154,7 +158,9 @@ def test_pipeline_builds_checklists_and_rerun_is_free(write_config, llm_server):
     # every ensemble answer saw the oracle prompt; sampled answers carry their own sample keys
     intents = {r["query_id"]: r for r in wh.query("SELECT * FROM intents")}
     ens = [r for r in llm_server.requests if r["role"] == "ensemble"]
-    assert {r["body"]["messages"][0]["content"] for r in ens} == {i["oracle_prompt"] for i in intents.values()}
+    assert {r["body"]["messages"][0]["content"] for r in ens} == {
+        render("checklists/ensemble.j2", oracle_prompt=i["oracle_prompt"]) for i in intents.values()}
+    assert all("detailed, compliant" in r["body"]["messages"][0]["content"] for r in ens)
     assert all(i["basis"] == "context" and i["error"] is None for i in intents.values())
 
     ctx2, again = run_stage(path)
@@ -326,3 +332,191 @@ def test_checklists_flow_and_rerun(prefect_harness, write_config, llm_server):
     again = asyncio.run(carryon(config=str(path), stages="checklists"))
     assert llm_server.counts["total"] == sent and again["requests"] == 0
     assert again["stages"]["checklists"] == st
+
+
+# ----- compliant answers: refusals are dropped like harmful answers (both guard modes) ----------------
+def _refusing_guard(refusing, harmful=()):
+    def script(body):
+        text = body["messages"][0]["content"]
+        return json.dumps({"harmful_request": False,
+                           "response_refusal": any(f"from test-{m} " in text for m in refusing),
+                           "harmful_response": any(f"from test-{m} " in text for m in harmful)})
+    return script
+
+
+def test_refusals_are_dropped_and_do_not_count_toward_min_harmless(write_config, llm_server):
+    llm_server.scripts["wildguard"] = _refusing_guard(["ens-1"])
+    ctx, summaries = run_stage(write_config(), limit=1)
+    s = summaries[0]
+    assert s["step"] == "guard" and s["version"] is None
+    assert s["reason"] == "2 harmless answer(s) < min_harmless 3 (1 of 3 dropped by the guard: 1 refusal)"
+    assert s["counts"]["answers_refused"] == 1 and s["counts"]["answers_harmless"] == 2
+    assert llm_server.counts["decomposer"] == 0  # a refusal is never decomposed
+
+    # min_harmless 1: the one compliant answer goes on; each verdict says why it was dropped
+    llm_server.scripts["wildguard"] = _refusing_guard(["ens-1"], harmful=["ens-1", "ens-2"])
+    models = base_config(llm_server.api_base, Path("unused"))["models"]
+    models["wildguard"]["model"] = "openai/test-wildguard-2"  # a new cache key
+    ctx, summaries = run_stage(write_config(models=models, checklists={"min_harmless": 1}), limit=1)
+    v = {r["answer_id"]: r for r in ctx.warehouse.query("SELECT * FROM guard_verdicts")}
+    assert (v["ens-1"]["kept"], v["ens-1"]["reason"]) == (False, "harmful response; refusal")
+    assert v["ens-1"]["response_refusal"] is True
+    assert (v["ens-2"]["kept"], v["ens-2"]["reason"]) == (False, "harmful response")
+    assert (v["ens-3"]["kept"], v["ens-3"]["reason"]) == (True, None)
+    assert summaries[0]["version"]
+    assert {r["answer_id"] for r in ctx.warehouse.query("SELECT DISTINCT answer_id FROM decomposed_items")} == {"ens-3"}
+
+
+def test_wildguard_text_mode_drops_refusals(write_config, llm_server):
+    def wildguard(body):
+        refusal = "yes" if "from test-ens-2 " in body["prompt"] else "no"
+        return f" Harmful request: yes\nResponse refusal: {refusal}\nHarmful response: no"
+    llm_server.scripts["wildguard"] = wildguard
+    models = base_config(llm_server.api_base, Path("unused"))["models"]
+    models["wildguard"] = {"model": "openai/test-wildguard", "mode": "wildguard"}
+    ctx, summaries = run_stage(write_config(models=models), limit=1)
+    assert summaries[0]["step"] == "guard" and "1 refusal" in summaries[0]["reason"]
+    v = {r["answer_id"]: r for r in ctx.warehouse.query("SELECT * FROM guard_verdicts")}
+    assert (v["ens-2"]["kept"], v["ens-2"]["reason"], v["ens-2"]["mode"]) == (False, "refusal", "wildguard")
+    assert v["ens-2"]["raw"].strip().startswith("Harmful request: yes")
+    assert v["ens-1"]["kept"] and v["ens-3"]["kept"]
+    # WildGuard's N/A for the refusal line is not a refusal
+    from tasks.checklists import guard_decision
+
+    assert guard_decision({"harmful_response": False, "response_refusal": None}) == {"kept": True, "reason": None}
+
+
+def test_ensemble_prompt_asks_for_a_detailed_compliant_answer():
+    text = render("checklists/ensemble.j2", oracle_prompt="I am a nurse.\n\nHow do X?")
+    assert text.startswith("I am a nurse.\n\nHow do X?")
+    assert "detailed, compliant" in text and "Do not refuse" in text
+
+
+# ----- checklist size: steered to 7..23, capped at 23 in code, budgets that fit -----------------------
+def _merged(n):
+    return json.dumps({"items": [{"question": f"Does it give fact {i}?", "category": "Resource",
+                                  "source_answers": ["ens-1"]} for i in range(1, n + 1)]})
+
+
+def test_merged_list_is_capped_at_max_items_and_the_cap_is_recorded(write_config, llm_server):
+    llm_server.scripts["merger"] = lambda body: _merged(30)
+    ctx, summaries = run_stage(write_config(), limit=1)
+    wh = ctx.warehouse
+    s = summaries[0]
+    assert s["version"] and s["n_items"] == 23 and s["capped_from"] == 30
+    assert s["counts"]["merged_items"] == 23 and s["counts"]["merge_capped"] == 7
+    # the misuse filter decides only the 23 items kept (the first ones: most important first)
+    misuse = [r for r in llm_server.requests if r["role"] == "misuse_filter"][0]["body"]
+    prompt = misuse["messages"][0]["content"]
+    assert "item_23: Does it give fact 23?" in prompt and "item_24" not in prompt
+    items = wh.query("SELECT question FROM checklist_items ORDER BY item_id")
+    assert [i["question"] for i in items] == [f"Does it give fact {i}?" for i in range(1, 24)]
+    merged = wh.query("SELECT merged_index, kept, capped FROM merged_items ORDER BY merged_index")
+    assert len(merged) == 30 and all(m["capped"] is False for m in merged[:23])
+    assert all(m["capped"] is True and m["kept"] is None for m in merged[23:])
+    cq = wh.query("SELECT capped_from, kept FROM checklist_queries")[0]
+    assert cq == {"capped_from": 30, "kept": True}
+    # the prompts steer toward 7..23 distinct items, most important first
+    merge = [r for r in llm_server.requests if r["role"] == "merger"][0]["body"]["messages"][0]["content"]
+    assert "Aim for 7 to 23 distinct questions" in merge and "most important first" in merge
+    dec = [r for r in llm_server.requests if r["role"] == "decomposer"][0]["body"]["messages"][0]["content"]
+    assert "at most 23" in dec and "most important first" in dec
+
+    # a configured cap; a list within the cap is not marked
+    llm_server.scripts["merger"] = lambda body: _merged(6)
+    ctx, summaries = run_stage(write_config(checklists={"min_harmless": 3, "max_items": 5}), limit=1)
+    assert summaries[0]["n_items"] == 5 and summaries[0]["capped_from"] == 6
+    llm_server.scripts["merger"] = lambda body: _merged(4)  # (a new cap: new prompts, no cache hit)
+    ctx, summaries = run_stage(write_config(checklists={"min_harmless": 3, "max_items": 6}), limit=1)
+    assert summaries[0]["n_items"] == 4 and summaries[0]["capped_from"] is None
+
+
+def test_a_cut_off_merge_is_its_own_drop_reason(write_config, llm_server):
+    from tasks.stage_errors import is_call_error
+
+    llm_server.scripts["merger"] = lambda body: '{"items": [{"question": "Does it give fact 1?", "categ'
+    ctx, summaries = run_stage(write_config(), limit=1)
+    s = summaries[0]
+    assert s["step"] == "merge"
+    assert s["reason"].startswith("merge failed: truncated: the answer reached max_tokens (256) and was "
+                                  "cut off; raise models.merger.max_tokens (invalid_output: ")
+    assert is_call_error(s["reason"])  # every query cut off fails the stage loudly
+    cq = ctx.warehouse.query("SELECT step, reason FROM checklist_queries")[0]
+    assert cq["step"] == "merge" and "truncated" in cq["reason"]
+
+
+def test_a_cut_off_ensemble_answer_is_recorded_and_not_used(write_config, llm_server):
+    from tasks.gateway.client import CallResult
+    from tests.llm_server import answer, default_answer
+
+    if "finish_reason" not in CallResult.__dataclass_fields__:
+        pytest.skip("the gateway does not report finish reasons")
+    llm_server.scripts["ensemble"] = lambda body: (
+        answer("A long answer that stops mid-", "length") if body["model"] == "test-ens-1"
+        else default_answer("ensemble", body))
+    ctx, summaries = run_stage(write_config(), limit=1)
+    s = summaries[0]
+    assert s["step"] == "ensemble" and s["counts"]["answers_truncated"] == 1
+    assert "ens-1: truncated: the answer reached max_tokens (256)" in s["reason"]
+    row = ctx.warehouse.query("SELECT answer, error FROM ensemble_answers WHERE answer_id = 'ens-1'")[0]
+    assert row["answer"] == "A long answer that stops mid-" and row["error"].startswith("truncated: ")
+    assert llm_server.counts["wildguard"] == 0  # not judged, not decomposed
+    # a rerun replays the answer from the cache, and it is still the cut-off answer
+    sent = llm_server.counts["total"]
+    ctx, again = run_stage(write_config(), limit=1)
+    assert llm_server.counts["total"] == sent and again[0]["reason"] == s["reason"]
+    # with min_harmless 2 the two whole answers go on
+    ctx, summaries = run_stage(write_config(checklists={"min_harmless": 2}), limit=1)
+    assert summaries[0]["version"] and llm_server.counts["wildguard"] == 2
+
+
+def test_truncation_rule_on_call_results():
+    from tasks.checklists import truncated
+    from tasks.gateway.client import CallResult
+
+    assert truncated(CallResult("h", error="x: Invalid JSON: EOF while parsing a string at line 1",
+                                error_kind="invalid_output"))
+    assert not truncated(CallResult("h", error="items: Field required", error_kind="invalid_output"))
+    assert not truncated(CallResult("h", content="fine"))
+    r = CallResult("h", content="half")
+    r.finish_reason = "length"
+    assert truncated(r)
+    r = CallResult("h", error="no answer", error_kind="reasoning_exhausted")
+    r.finish_reason = "length"
+    assert not truncated(r)  # its own error kind
+
+
+def test_role_token_budgets(write_config, llm_server, tmp_path):
+    from tasks.checklists import ROLE_MAX_TOKENS, resolve_roles
+    from tasks.config import load_config
+
+    cfg = base_config(llm_server.api_base, tmp_path / "home")
+    roles = resolve_roles(load_config(write_config(models=cfg["models"])))
+    assert roles.merger.max_tokens == 256  # models.defaults sets max_tokens: it applies
+    del cfg["models"]["defaults"]["max_tokens"]
+    cfg["models"]["decomposer"]["max_tokens"] = 999
+    roles = resolve_roles(load_config(write_config(models=cfg["models"])))
+    assert roles.merger.max_tokens == ROLE_MAX_TOKENS["merger"] == 4096
+    assert roles.misuse.max_tokens == ROLE_MAX_TOKENS["misuse_filter"]
+    assert [s.max_tokens for s in roles.ensemble] == [ROLE_MAX_TOKENS["ensemble"]] * 3
+    assert roles.decomposer.max_tokens == 999  # the role's own entry wins
+    assert roles.max_items == 23
+
+
+# ----- items a refusal can satisfy: none -------------------------------------------------------------
+def test_categories_are_the_papers_seven_and_disclaimers_are_not_items():
+    assert list(ITEM_CATEGORIES) == ["Practical Advice", "Domain-Specific Guidance", "Conceptual Explanation",
+                                     "Audience Benefit", "Resource", "Legal Framework", "Case Study"]
+    m = merge_model(["a"])
+    for retired in ("Safety Consideration", "Ethical Consideration"):
+        with pytest.raises(ValueError):
+            m.model_validate({"items": [{"question": "q", "category": retired, "source_answers": ["a"]}]})
+    dec = render("checklists/decompose.j2", oracle_prompt="o", answer="a", categories=ITEM_CATEGORIES,
+                 max_items=23)
+    merge = render("checklists/merge.j2", oracle_prompt="o", answers=[], answer_ids=["a"],
+                   categories=list(ITEM_CATEGORIES), max_items=23)
+    assert "Warnings, disclaimers" in dec and "are NOT\n  items" in dec
+    assert "drop any question about a warning, disclaimer" in merge
+    for text in (dec, merge):
+        assert "Safety Consideration" not in text and "Ethical Consideration" not in text
+        assert "a refusal must not satisfy" in text or "a response that refuses must not satisfy" in text

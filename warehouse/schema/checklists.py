@@ -39,7 +39,7 @@ class EnsembleAnswer(SQLModel, table=True):
     query_id: str = Field(primary_key=True)
     answer_id: str = Field(primary_key=True)  # the ensemble entry's name
     model: str
-    answer: str | None = None
+    answer: str | None = None  # also kept when the answer was cut off (error says truncated)
     call_hash: str | None = None
     error: str | None = None
 
@@ -54,7 +54,9 @@ class GuardVerdict(SQLModel, table=True):
     response_refusal: bool | None = None
     harmful_response: bool | None = None
     kept: bool
-    reason: str | None = None  # why dropped (harmful, unparseable verdict, guard failed)
+    # why dropped: "harmful response", "refusal" (both, joined by "; "), an unparseable
+    # verdict, or the guard's call failed
+    reason: str | None = None
     call_hash: str | None = None
     raw: str | None = None  # the guard's raw output (WildGuard's three lines, or the JSON)
 
@@ -73,6 +75,9 @@ class ChecklistQuery(SQLModel, table=True):
     step: str | None = None
     reason: str | None = None
     checklist_version: str | None = None
+    # The items the merger wrote when that exceeded checklists.max_items (the list was cut to
+    # its first max_items); null when it did not.
+    capped_from: int | None = None
     run_id: str | None = None
 
 
@@ -92,8 +97,10 @@ class MergedItem(SQLModel, table=True):
     question: str
     category: str
     source_answers: str  # JSON list of answer_ids the item came from
-    kept: bool | None = None  # misuse filter decision (null: not decided / failed)
+    kept: bool | None = None  # misuse filter decision (null: not decided / failed / capped)
     misuse_reason: str | None = None
+    # True: beyond checklists.max_items, cut before the misuse filter (never in a checklist)
+    capped: bool | None = None
 
 
 class ChecklistItem(SQLModel, table=True):
