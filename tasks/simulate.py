@@ -2,19 +2,32 @@
 
 Per (target, query): the oracle conversation (one answer to the oracle prompt) and one
 conversation per sampled flow. Turn 1 is the query verbatim; for each move the simulator
-writes the user turn (from the move's template, the benign intent and the conversation so
-far) and the target answers the whole history.
+writes the user turn (from the move's template and the conversation so far; only the
+benign-clarification moves also see the benign intent) and the target answers the whole
+history.
 
-Prefix sharing (DESIGN "Sample keys"): an exchange is a node of a prefix tree keyed by its
-move prefix (``()`` = the answer to the bare query). With ``flows.share_prefix`` every
-conversation of a (target, query) walks the same tree, so a prefix is simulated once and its
-sampled calls carry a sample key derived from (target, query, prefix); the 15 conversations of
-a query share the first answer. Without it, each conversation has its own tree and its sampled
-calls are keyed by (conversation, turn). Either way, a rerun replays every call from the
-gateway's cache.
+Prefix sharing (this project's choice; the paper does not say how it sampled shared prefixes):
+an exchange is a node of a prefix tree keyed by its move prefix (``()`` = the answer to the
+bare query). With ``flows.share_prefix`` every conversation of a (target, query) walks the
+same tree, so a prefix is simulated once and its sampled calls carry a sample key derived from
+(target, query, prefix); the 15 conversations of a query share the first answer, which makes
+them correlated (Table 2's intervals are therefore clustered by query). Without it, each
+conversation has its own tree and its sampled calls are keyed by (conversation, turn). Either
+way, a rerun replays every call from the gateway's cache.
 
 Failures are data: a failed call ends that conversation (and only the conversations through
 that prefix) with a termination reason; its turns so far are stored, the failed turn is not.
+One exception: a target answer the provider refused to produce (gateway error kind
+``content_blocked``) is a refusal, not a lost conversation. It is stored as an assistant turn
+with ``blocked`` = True and the fixed text ``BLOCKED_CONTENT`` (which the target and the
+simulator also see in the history), and the conversation goes on.
+
+Move checking (optional, ``models.move_checker``; tasks/move_checker.py): every simulated user
+turn is judged; a failing one is sampled again under a new sample key (derived from the turn's
+own key, so it stays a function of the prefix) up to ``move_check.max_resamples`` times, and
+the last candidate is kept. The step is one node of the prefix tree, so every conversation
+through that prefix gets the same resampled turn and continues from it. Without a checker no
+call or key changes.
 """
 
 from __future__ import annotations
@@ -27,13 +40,19 @@ import re
 from dataclasses import dataclass, field
 
 import prompts
-from tasks.flowgen import SampledFlow, sample_flows
+from tasks.flowgen import SampledFlow, get_move, sample_flows
+from tasks.move_checker import CHECKER_ROLE, check_turn
 
 log = logging.getLogger("carryon.simulate")
 
 TARGET_ROLE = "targets"
 SIMULATOR_ROLE = "user_simulator"
-STATUSES = ("completed", "target_error", "simulator_error", "context_exceeded")
+STATUSES = ("completed", "target_error", "simulator_error", "context_exceeded", "move_check_failed")
+# The gateway's error kind for an answer the provider refused to produce (finish reason
+# content_filter, or an error the provider marks as a safety block).
+BLOCKED_KIND = "content_blocked"
+# What a blocked assistant turn holds (turns.content) and what later turns see in the history.
+BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
 # Conversations are written in groups of about this many (whole (target, query) slices), so a
 # killed run loses at most one group of bookkeeping; its calls stay in the cache regardless.
 FLUSH_EVERY = 50
@@ -67,6 +86,11 @@ def conversation_sample_key(role: str, conv_id: str, position: int) -> str:
     return _hash("conversation", role, conv_id, position)
 
 
+def resample_key(sample_key: str, attempt: int) -> str:
+    """The sample key of the ``attempt``-th resample of a user turn (attempt 0 = the key)."""
+    return sample_key if attempt == 0 else _hash("resample", sample_key, attempt)
+
+
 _LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
 
 
@@ -97,12 +121,15 @@ class _Step:
     status: str | None = None  # None = ok; else a termination reason
     error: str | None = None
     error_hash: str | None = None
+    blocked: bool = False  # the provider blocked the answer (stored as a refusal)
+    checks: list = field(default_factory=list)  # move checker rows, one per attempt
 
 
 @dataclass
 class ConversationResult:
     row: dict
     turns: list[dict]
+    checks: list[dict] = field(default_factory=list)  # move_checks rows
 
 
 def _failure(status: str, r) -> tuple[str, str, str]:
@@ -115,9 +142,11 @@ class QuerySimulation:
     """The conversations of one (target, query): a memoised prefix tree of exchanges."""
 
     def __init__(self, gateway, target, simulator, q: SimQuery, *, share_prefix: bool = True,
-                 run_id: str | None = None):
+                 run_id: str | None = None, checker=None, max_resamples: int = 2,
+                 exclude_failing: bool = False):
         self.gw, self.target, self.sim, self.q = gateway, target, simulator, q
         self.share, self.run_id = share_prefix, run_id
+        self.checker, self.max_resamples, self.exclude_failing = checker, max_resamples, exclude_failing
         self._steps: dict[tuple, asyncio.Future] = {}
 
     # ----- the tree ------------------------------------------------------------------------
@@ -142,30 +171,74 @@ class QuerySimulation:
             parent = await self.step(conv_id, prefix[:-1])
             s = _Step(move=prefix[-1])
             history = parent.messages
-            position = 2 * len(prefix)
-            prompt = prompts.render(f"user/{s.move}.j2", intent=self.q.intent, history=history,
-                                    move=s.move)
-            r = await self.gw.chat(self.sim, SIMULATOR_ROLE, [{"role": "user", "content": prompt}],
-                                   sample_key=self._key(SIMULATOR_ROLE, conv_id, prefix, position))
-            if not r.ok:
-                s.status, s.error, s.error_hash = _failure("simulator_error", r)
-                return s
-            s.user, s.user_hash = clean_user_turn(r.content), r.call_hash
-            if not s.user:
-                s.status, s.error, s.error_hash = ("simulator_error",
-                                                   "empty_output: nothing left after removing "
-                                                   "labels and quotes", r.call_hash)
-                s.user = None
+            if not await self._user_turn(s, history, conv_id, prefix):
                 return s
         messages = history + [{"role": "user", "content": s.user}]
         r = await self.gw.chat(self.target, TARGET_ROLE, messages,
                                sample_key=self._key(TARGET_ROLE, conv_id, prefix, 2 * len(prefix) + 1))
-        if not r.ok:
-            s.status, s.error, s.error_hash = _failure("target_error", r)
+        if not self._answer(s, r):
             return s
-        s.answer, s.answer_hash = r.content, r.call_hash
-        s.messages = messages + [{"role": "assistant", "content": r.content}]
+        s.messages = messages + [{"role": "assistant", "content": s.answer}]
         return s
+
+    def _answer(self, s: _Step, r) -> bool:
+        """Store the target's answer on the step; False when the call failed (the step ends
+        its conversations). A provider block is an answer: a refusal, marked blocked."""
+        if r.ok:
+            s.answer, s.answer_hash = r.content, r.call_hash
+            return True
+        if r.error_kind == BLOCKED_KIND:
+            s.answer, s.answer_hash, s.blocked = BLOCKED_CONTENT, r.call_hash, True
+            return True
+        s.status, s.error, s.error_hash = _failure("target_error", r)
+        return False
+
+    async def _user_turn(self, s: _Step, history: list[dict], conv_id: str, prefix: tuple) -> bool:
+        """The simulator's turn for the step's move (checked and resampled when a move
+        checker is configured); False when the first sample failed (the step ends)."""
+        ctx = {"history": history, "move": s.move}
+        if get_move(s.move).knows_intent:  # only benign clarification is told the intent
+            ctx["intent"] = self.q.intent
+        messages = [{"role": "user", "content": prompts.render(f"user/{s.move}.j2", **ctx)}]
+        base = self._key(SIMULATOR_ROLE, conv_id, prefix, 2 * len(prefix))
+        attempts = 1 + (self.max_resamples if self.checker is not None else 0)
+        seen: set[str] = set()
+        for attempt in range(attempts):
+            key = resample_key(base, attempt)
+            r = await self.gw.chat(self.sim, SIMULATOR_ROLE, messages, sample_key=key)
+            text = clean_user_turn(r.content) if r.ok else ""
+            if not text:
+                if attempt:  # a failed resample: keep the last candidate
+                    break
+                if not r.ok:
+                    s.status, s.error, s.error_hash = _failure("simulator_error", r)
+                else:
+                    s.status, s.error, s.error_hash = ("simulator_error",
+                                                       "empty_output: nothing left after removing "
+                                                       "labels and quotes", r.call_hash)
+                return False
+            if r.call_hash in seen:  # a greedy simulator answers the same: nothing new to check
+                break
+            seen.add(r.call_hash)
+            s.user, s.user_hash = text, r.call_hash
+            if self.checker is None:
+                break
+            c = await check_turn(self.gw, self.checker, s.move, self.q.intent, history, text,
+                                 sample_key=_hash("check", key))
+            s.checks.append({"attempt": attempt, "move": s.move, "content": text,
+                             "sim_call_hash": r.call_hash, "realises_move": c.realises_move,
+                             "reveals_purpose": c.reveals_purpose, "passed": c.passed,
+                             "kept": False, "reasoning": c.reasoning, "error": c.error,
+                             "call_hash": c.call_hash})
+            if c.passed is not False:  # passed, or unchecked (the checker call failed)
+                break
+        if s.checks:
+            s.checks[-1]["kept"] = True
+        return True
+
+    @staticmethod
+    def _check_failed(s: _Step) -> bool:
+        return bool(s.checks) and s.checks[-1]["passed"] is False
 
     # ----- conversations -------------------------------------------------------------------
     async def run_flow(self, flow: SampledFlow) -> ConversationResult:
@@ -185,35 +258,45 @@ class QuerySimulation:
                if self.share else conversation_sample_key(TARGET_ROLE, cid, 1))
         r = await self.gw.chat(self.target, TARGET_ROLE, [{"role": "user", "content": s.user}],
                                sample_key=key)
-        if r.ok:
-            s.answer, s.answer_hash = r.content, r.call_hash
-        else:
-            s.status, s.error, s.error_hash = _failure("target_error", r)
+        self._answer(s, r)
         return self._result(cid, "oracle", "oracle", 2, 0, [s])
 
     def _result(self, cid, fid, condition, length, n_moves, steps: list[_Step]) -> ConversationResult:
-        turns = []
+        turns, checks = [], []
         for k, s in enumerate(steps):
             if s.user is not None:
                 turns.append({"conversation_id": cid, "position": 2 * k, "role": "user",
                               "model_turn": k + 1, "move": s.move, "content": s.user,
-                              "call_hash": s.user_hash})
+                              "call_hash": s.user_hash, "blocked": None})
+                checks += [{"conversation_id": cid, "position": 2 * k, **c} for c in s.checks]
             if s.answer is not None:
                 turns.append({"conversation_id": cid, "position": 2 * k + 1, "role": "assistant",
                               "model_turn": k + 1, "move": s.move, "content": s.answer,
-                              "call_hash": s.answer_hash})
+                              "call_hash": s.answer_hash, "blocked": s.blocked})
         last = steps[-1]
+        status, error, error_hash = last.status or "completed", last.error, last.error_hash
+        failed = [(k, s) for k, s in enumerate(steps) if self._check_failed(s)]
+        flagged = bool(failed) if checks else None
+        if failed and self.exclude_failing and status == "completed":
+            k, s = failed[0]
+            status, error_hash = "move_check_failed", s.checks[-1]["call_hash"]
+            error = (f"move_check_failed: user turn {k + 1} ({s.move}) failed the move check "
+                     f"after {len(s.checks) - 1} resample(s)")
         row = {"conversation_id": cid, "target": self.target.name, "query_id": self.q.query_id,
                "flow_id": fid, "condition": condition, "length": length, "n_moves": n_moves,
-               "status": last.status or "completed", "error": last.error,
-               "error_call_hash": last.error_hash, "n_turns": len(turns), "run_id": self.run_id}
-        return ConversationResult(row, turns)
+               "status": status, "error": error, "error_call_hash": error_hash,
+               "n_turns": len(turns), "run_id": self.run_id, "move_check_failed": flagged,
+               "n_blocked": sum(1 for s in steps if s.blocked)}
+        return ConversationResult(row, turns, checks)
 
 
 async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[SampledFlow], *,
-                         share_prefix: bool = True, run_id: str | None = None) -> list[ConversationResult]:
+                         share_prefix: bool = True, run_id: str | None = None, checker=None,
+                         max_resamples: int = 2, exclude_failing: bool = False) -> list[ConversationResult]:
     """The oracle conversation and one conversation per flow, for one target and query."""
-    qs = QuerySimulation(gateway, target, simulator, q, share_prefix=share_prefix, run_id=run_id)
+    qs = QuerySimulation(gateway, target, simulator, q, share_prefix=share_prefix, run_id=run_id,
+                         checker=checker, max_resamples=max_resamples,
+                         exclude_failing=exclude_failing)
     return list(await asyncio.gather(qs.run_oracle(), *(qs.run_flow(f) for f in flows)))
 
 
@@ -222,18 +305,22 @@ def write_results(warehouse, results: list[ConversationResult]) -> int:
     the slice go, the new ones land; a reader never sees a half-written conversation."""
     if not results:
         return 0
-    from warehouse.schema import Conversation, Turn
+    from warehouse.schema import Conversation, MoveCheck, Turn
 
     slices = sorted({(r.row["target"], r.row["query_id"]) for r in results})
     batches: list[tuple] = []
     for target, qid in slices:
-        batches.append((Turn, [], ("conversation_id IN (SELECT conversation_id FROM conversations "
-                                   "WHERE target = ? AND query_id = ?)", [target, qid])))
+        for table in (Turn, MoveCheck):
+            batches.append((table, [], ("conversation_id IN (SELECT conversation_id FROM "
+                                        "conversations WHERE target = ? AND query_id = ?)",
+                                        [target, qid])))
         batches.append((Conversation, [], ("target = ? AND query_id = ?", [target, qid])))
     ids = [r.row["conversation_id"] for r in results]
-    batches.append((Turn, [], (f"conversation_id IN ({', '.join('?' * len(ids))})", ids)))
+    for table in (Turn, MoveCheck):
+        batches.append((table, [], (f"conversation_id IN ({', '.join('?' * len(ids))})", ids)))
     batches.append((Conversation, [r.row for r in results]))
     batches.append((Turn, [t for r in results for t in r.turns]))
+    batches.append((MoveCheck, [c for r in results for c in r.checks]))
     warehouse.write_many(batches)
     return len(results)
 
@@ -250,11 +337,17 @@ async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:
     cfg = ctx.config
     sim = cfg.role_spec(SIMULATOR_ROLE)
     targets = cfg.role_specs(TARGET_ROLE)
+    checkers = cfg.role_specs(CHECKER_ROLE)
+    mc = cfg.move_check
     units = [simulate_query(ctx.gateway, t, sim, q, flows_for(cfg, q.query_id),
-                            share_prefix=cfg.flows.share_prefix, run_id=ctx.run_id)
+                            share_prefix=cfg.flows.share_prefix, run_id=ctx.run_id,
+                            checker=checkers[0] if checkers else None,
+                            max_resamples=mc.max_resamples, exclude_failing=mc.exclude_failing)
              for t in targets for q in queries]
     by_status: dict[str, int] = {}
     n_turns = 0
+    n_blocked = 0
+    flagged = 0
     pending: list[ConversationResult] = []
 
     def flush():
@@ -267,18 +360,24 @@ async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:
         for r in results:
             by_status[r.row["status"]] = by_status.get(r.row["status"], 0) + 1
             n_turns += len(r.turns)
+            n_blocked += r.row["n_blocked"]
+            flagged += bool(r.row["move_check_failed"])
         pending.extend(results)
         if progress is not None:
             progress.advance(len(results))
         if len(pending) >= FLUSH_EVERY:
             flush()
     flush()
-    return {"conversations": by_status, "turns": n_turns}
+    out = {"conversations": by_status, "turns": n_turns, "blocked_turns": n_blocked}
+    if checkers:
+        out["move_check_failed"] = flagged  # conversations flagged (excluded or not)
+    return out
 
 
 # ----- planning ------------------------------------------------------------------------------
 def _query_calls(flows: list[SampledFlow]) -> dict:
-    """Simulation calls of one (target, query), oracle excluded (the paper's count)."""
+    """Simulation calls of one (target, query), oracle excluded (the paper's count). A move
+    checker, when configured, checks every simulator turn once (before resamples)."""
     moves = sum(f.n_moves for f in flows)
     prefixes = {tuple(f.moves[:k]) for f in flows for k in range(1, f.n_moves + 1)}
     return {"without": {"targets": len(flows) + moves, "user_simulator": moves},
@@ -328,10 +427,19 @@ def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
                     "with_sharing": T * (with_[role] + (len(keys) if role == "targets" else 0)),
                     "planned": sum(p[role] for p in per_target)}
              for role in ("targets", "user_simulator")}
+    resamples = None
+    if cfg.role_specs(CHECKER_ROLE):
+        # One check per simulated user turn on first tries; each failing turn adds up to
+        # max_resamples simulator calls and as many checks (an upper bound, not a forecast).
+        roles[CHECKER_ROLE] = dict(roles["user_simulator"])
+        resamples = {"max_resamples": cfg.move_check.max_resamples,
+                     "extra_calls_upper_bound": 2 * cfg.move_check.max_resamples
+                     * roles["user_simulator"]["planned"]}
     return {
         "n_queries": len(keys), "n_targets": T, "share_prefix": cfg.flows.share_prefix,
         "conversations": T * (n_flows + len(keys)),
         "roles": roles,
+        "move_check_resamples": resamples,
         "saved_by_sharing": sum(r["without_sharing"] - r["with_sharing"] for r in roles.values()),
         "per_target_simulation": {"without_sharing": sum(without.values()),
                                   "with_sharing": sum(with_.values())},

@@ -138,3 +138,10 @@ def test_sample_rows_and_cli():
     assert [json.loads(line) for line in out.output.splitlines()] == rows
     out = runner.invoke(app, ["flows", "--count"])
     assert out.exit_code == 0 and "8654" in out.output and "8398" in out.output
+
+
+def test_moves_carry_table1_definitions_and_who_knows_the_intent():
+    for m in flowgen.MOVES:
+        assert m.definition and flowgen.get_move(m.name) is m
+    assert [m.name for m in flowgen.MOVES if m.knows_intent] == [
+        "benign_justification", "benign_reasking", "context_switching"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 
 import pytest
@@ -61,27 +62,43 @@ HISTORY = [{"role": "user", "content": "How do I pick a lock?"},
            {"role": "assistant", "content": "I can't help with that."}]
 
 
+BC_MOVES = {"benign_justification", "benign_reasking", "context_switching"}
+
+
 @pytest.mark.parametrize("move", MOVE_NAMES)
 def test_every_move_template_renders(move):
     intent = "I am a locksmith apprentice."
-    text = prompts.render(f"user/{move}.j2", intent=intent, history=HISTORY, move=move)
-    assert intent in text and "How do I pick a lock?" in text and "I can't help with that." in text
+    group = {m.name: m.group for m in MOVES}[move]
+    ctx = {"intent": intent} if group == "BC" else {}
+    text = prompts.render(f"user/{move}.j2", history=HISTORY, move=move, **ctx)
+    assert "How do I pick a lock?" in text and "I can't help with that." in text
     assert "Requirements for your message:" in text and "first person" in text
     assert "one turn" in text and "No meta-talk" in text and "consistent" in text
     assert text.count("Your next move:") == 1
-    group = {m.name: m.group for m in MOVES}[move]
     if group == "BC":  # reveal the purpose, in the user's own words
+        assert intent in text
         assert "own words" in text and "do not paste" in text.lower()
         assert "do not reveal" not in text
-    else:  # challenge and non-contentful moves keep the purpose hidden
-        assert "do not reveal or hint at your reason" in text
+    else:  # challenge and non-contentful moves are never told the purpose and reveal none
+        assert "locksmith" not in text and "reason for asking (private" not in text
+        assert "do not reveal or hint at any reason" in text
 
 
-def test_template_needs_every_variable():
+def test_nc_moves_are_rendered_without_the_intent():
+    """Pushback, rephrasing, delaying and backchannel see the history only: the intent is not
+    a variable of their templates (StrictUndefined would raise for a BC move without it)."""
     from jinja2 import UndefinedError
 
-    with pytest.raises(UndefinedError):
-        prompts.render("user/pushback.j2", history=HISTORY, move="pushback")
+    for move in MOVE_NAMES:
+        if move in BC_MOVES:
+            with pytest.raises(UndefinedError):
+                prompts.render(f"user/{move}.j2", history=HISTORY, move=move)
+        else:
+            text = prompts.render(f"user/{move}.j2", history=HISTORY, move=move)
+            # passing it anyway changes nothing: the template never reads it
+            assert text == prompts.render(f"user/{move}.j2", history=HISTORY, move=move,
+                                          intent="I am a locksmith apprentice.")
+    assert {m.name for m in MOVES if m.knows_intent} == BC_MOVES
 
 
 @pytest.mark.parametrize("raw,clean", [
@@ -146,6 +163,11 @@ def test_conversations_turns_sharing_and_zero_request_rerun(cfg_path, llm_server
                    if r["role"] == "user_simulator"]
     assert all("Requirements for your message:" in p for p in sim_prompts)
     assert any(QUERIES[0].intent in p and QUERIES[0].query in p for p in sim_prompts)
+    # ... but only the benign-clarification moves were told the intent.
+    for p in sim_prompts:
+        move = p.split("Your next move: ", 1)[1].split(".", 1)[0]
+        told = any(q.intent in p for q in QUERIES)
+        assert told == (move in ("BENIGN JUSTIFICATION", "BENIGN RE-ASKING", "CONTEXT SWITCHING")), move
     # Target calls carry the whole history.
     longest = max((r["body"]["messages"] for r in llm_server.requests if r["role"] == "targets"),
                   key=len)
@@ -300,11 +322,24 @@ def test_flows_for_follows_config(cfg_path):
 
 
 # ----- the Prefect subflow ---------------------------------------------------------------------
+def _build_checklists(path, limit=None):
+    from tasks.checklists import build_batch
+    from tasks.data import run_queries
+    from tasks.run import finish_run, open_run
+
+    ctx = open_run(str(path), "checklists", limit=limit)
+    try:
+        return asyncio.run(build_batch(ctx, run_queries(ctx)))
+    finally:
+        finish_run(ctx, "succeeded")
+
+
 def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_server):
     from flows.simulate import simulate_flow
     from tasks.run import finish_run, open_run
 
     path = write_config(flows={"lengths": [4, 6, 8, 10, 12], "bc_per_length": 2, "nc_per_length": 1})
+    _build_checklists(path)  # only checklisted queries are simulated
 
     def run():
         ctx = open_run(str(path), "simulate")
@@ -358,3 +393,306 @@ def test_plan_at_paper_scale():
     assert p["roles"]["targets"]["without_sharing"] == 2 * 398 * (15 + 45 + 1)  # + oracle
     assert p["roles"]["user_simulator"]["planned"] == p["roles"]["user_simulator"]["with_sharing"]
     assert p["saved_by_sharing"] == 2 * (41_790 - p["per_target_simulation"]["with_sharing"])
+
+
+# ----- the move checker ------------------------------------------------------------------------
+def _checker_cfg(cfg_path, write_config, llm_server, lengths=(4, 6), **move_check):
+    from tests.conftest import base_config
+    base = base_config(llm_server.api_base, "unused")
+    models = dict(base["models"], targets=TWO_TARGETS[:1],
+                  move_checker={"model": "openai/test-checker"})
+    over = {"flows": {"lengths": list(lengths), "bc_per_length": 2, "nc_per_length": 1},
+            "models": models}
+    if move_check:
+        over["move_check"] = move_check
+    return write_config(**over)
+
+
+def _message_under_review(prompt: str) -> str:
+    return prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+
+
+def _script_sim_and_checker(llm_server):
+    """The simulator writes "<move> attempt <n>" (n = how often it was asked that prompt);
+    the checker fails pushback on attempts 0 and 1, fails rephrasing always (it reveals a
+    purpose), and answers with an HTTP 400 for delaying (an unchecked turn)."""
+    asked: dict[str, int] = {}
+
+    def simulator(body):
+        p = body["messages"][0]["content"]
+        move = p.split("Your next move: ", 1)[1].split(".", 1)[0].lower()
+        n = asked[p] = asked.get(p, -1) + 1
+        return f"Well, {move} attempt {n}"
+
+    def checker(body):
+        msg = _message_under_review(body["messages"][0]["content"])
+        if "delaying" in msg:
+            return web.json_response({"error": {"message": "bad", "type": "invalid_request_error"}},
+                                     status=400)
+        realised, reveals = True, False
+        if "pushback" in msg and not msg.endswith("attempt 2"):
+            realised = False
+        if "rephrasing" in msg or "benign" in msg or "context switching" in msg:
+            reveals = True  # allowed for BC moves, a failure for rephrasing
+        return json.dumps({"reasoning": f"checked {msg}", "realises_move": realised,
+                           "reveals_purpose": reveals})
+
+    llm_server.scripts["user_simulator"] = simulator
+    llm_server.scripts["move_checker"] = checker
+
+
+def _checks_expected(moves: list[str]) -> list[tuple[str, int, bool | None]]:
+    """Hand rules of _script_sim_and_checker: per user turn, (move, attempts, kept verdict)."""
+    out = []
+    for m in moves:
+        if m == "pushback":
+            out.append((m, 3, True))
+        elif m == "rephrasing":
+            out.append((m, 3, False))
+        elif m == "delaying":
+            out.append((m, 1, None))
+        else:
+            out.append((m, 1, True))
+    return out
+
+
+def test_move_checker_resamples_and_flags(cfg_path, write_config, llm_server):
+    _script_sim_and_checker(llm_server)
+    path = _checker_cfg(cfg_path, write_config, llm_server)
+    ctx = _ctx(path)
+    summary = _run(ctx)
+    convs = ctx.warehouse.query("SELECT * FROM conversations")
+    assert len(convs) == 2 * 7 and summary["conversations"] == {"completed": 14}
+    checks = ctx.warehouse.query("SELECT * FROM move_checks ORDER BY conversation_id, position, attempt")
+    by_conv: dict[str, list] = {}
+    for c in checks:
+        by_conv.setdefault(c["conversation_id"], []).append(c)
+    n_flagged = 0
+    for c in convs:
+        if c["condition"] == "oracle":
+            assert c["move_check_failed"] is None and c["conversation_id"] not in by_conv
+            continue
+        moves = c["flow_id"].split(">")
+        want = _checks_expected(moves)
+        rows = by_conv[c["conversation_id"]]
+        assert len(rows) == sum(n for _, n, _ in want)
+        turns = {t["position"]: t for t in ctx.warehouse.query(
+            "SELECT * FROM turns WHERE conversation_id = ?", [c["conversation_id"]])}
+        for k, (move, n, verdict) in enumerate(want):
+            pos = 2 * (k + 1)
+            mine = [r for r in rows if r["position"] == pos]
+            assert [r["attempt"] for r in mine] == list(range(n))
+            assert [r["kept"] for r in mine] == [False] * (n - 1) + [True]
+            assert mine[-1]["passed"] is verdict and all(r["move"] == move for r in mine)
+            assert all(r["passed"] is False for r in mine[:-1])
+            # The kept candidate is the user turn of the conversation.
+            assert turns[pos]["content"] == mine[-1]["content"]
+            assert mine[-1]["content"].endswith(f" attempt {n - 1}")
+            assert turns[pos]["call_hash"] == mine[-1]["sim_call_hash"]
+            if verdict is None:  # the checker failed: unchecked, not failed, not resampled
+                assert mine[-1]["error"].startswith("api_error") and mine[-1]["reasoning"] is None
+            else:
+                assert mine[-1]["reasoning"].startswith("checked ") and mine[-1]["call_hash"]
+        flagged = "rephrasing" in moves
+        assert c["move_check_failed"] is flagged and c["status"] == "completed"
+        n_flagged += flagged
+    # Flows (test_flows_for_follows_config's sampler, lengths 4 and 6): q-aaa CS, BR, P, BR>R,
+    # R>BJ, D>R; q-bbb BJ, CS, R, CS>CS, P>BR, BC>P. Rephrasing in 3 + 1 of them.
+    assert summary["move_check_failed"] == n_flagged == 3 + 1
+    # Calls: 8 + 8 distinct move prefixes (BR is shared in q-aaa), +2 resamples for each prefix
+    # ending in pushback or rephrasing (q-aaa: P, BR>R, R, D>R; q-bbb: R, P, BC>P) -> 16 + 2 * 7
+    # simulator calls, and as many checks (every candidate message is distinct).
+    plan = plan_calls(ctx.config, 2, [q.query_id for q in QUERIES])
+    assert plan["roles"]["move_checker"]["planned"] == plan["roles"]["user_simulator"]["planned"] == 16
+    assert llm_server.counts["user_simulator"] == 16 + 2 * 7
+    assert llm_server.counts["move_checker"] == 16 + 2 * 7
+    assert plan["move_check_resamples"] == {"max_resamples": 2, "extra_calls_upper_bound": 64}
+    # The fidelity report counts the 16 distinct turns once each: 3 pushbacks pass on the third
+    # sample, 4 rephrasings never pass, 1 delaying is unchecked, the other 8 pass at once.
+    from tasks.report import fidelity
+    fid = fidelity.stats(fidelity.load(ctx.warehouse))[0].table.set_index("move")
+    assert fid.loc["all", ["turns", "pass_first_pct", "pass_final_pct", "resampled_pct",
+                           "still_failing", "unchecked"]].tolist() == [16, 53.3, 73.3, 43.8, 4, 1]
+    # A rerun replays everything from the cache and the same rows; only the failed check
+    # (q-aaa's delaying turn: errors are never cached) is asked again.
+    before = llm_server.counts["total"]
+    ctx2 = _ctx(path, run_id="r2")
+    _run(ctx2)
+    assert llm_server.counts["total"] == before + 1
+    assert ctx2.warehouse.query("SELECT * FROM move_checks ORDER BY conversation_id, position, attempt") == checks
+
+
+def test_move_check_resample_is_shared_by_the_prefix(cfg_path, write_config, llm_server):
+    """A resampled turn is a node of the prefix tree: every conversation through it gets the
+    same kept turn, and their later turns are simulated from it."""
+    _script_sim_and_checker(llm_server)
+    ctx = _ctx(_checker_cfg(cfg_path, write_config, llm_server, lengths=(4, 6, 8)))
+    _run(ctx, QUERIES[:1])
+    rows = ctx.warehouse.query(
+        "SELECT c.flow_id, t.position, t.content FROM turns t JOIN conversations c USING (conversation_id) "
+        "WHERE t.role = 'user' AND c.condition <> 'oracle' AND t.position > 0")
+    by_prefix: dict[tuple, set] = {}
+    for r in rows:
+        prefix = tuple(r["flow_id"].split(">")[:r["position"] // 2])
+        by_prefix.setdefault(prefix, set()).add(r["content"])
+    assert all(len(v) == 1 for v in by_prefix.values())
+    shared = [p for p in by_prefix if p == ("pushback",)]
+    assert shared and by_prefix[("pushback",)] == {"Well, pushback attempt 2"}
+    # The exchange after a resampled turn answered the kept candidate.
+    target_msgs = [r["body"]["messages"] for r in llm_server.requests if r["role"] == "targets"]
+    after = [m for m in target_msgs if len(m) >= 5 and m[2]["content"].startswith("Well, pushback")]
+    assert after and all(m[2]["content"] == "Well, pushback attempt 2" for m in after)
+
+
+def test_move_check_exclude_failing(cfg_path, write_config, llm_server):
+    _script_sim_and_checker(llm_server)
+    ctx = _ctx(_checker_cfg(cfg_path, write_config, llm_server, max_resamples=1,
+                            exclude_failing=True))
+    summary = _run(ctx)
+    convs = ctx.warehouse.query("SELECT * FROM conversations")
+    for c in convs:
+        moves = c["flow_id"].split(">")
+        # with one resample a pushback fails too (it passes only on attempt 2)
+        failing = bool({"rephrasing", "pushback"} & set(moves))
+        assert c["move_check_failed"] is (failing if c["condition"] != "oracle" else None)
+        assert c["status"] == ("move_check_failed" if failing else "completed"), c
+        if failing:
+            assert c["error"].startswith("move_check_failed: user turn ") and c["error_call_hash"]
+            assert c["n_turns"] == c["length"]  # kept whole: turn_scores still has them
+    n_failing = sum(c["status"] == "move_check_failed" for c in convs)
+    assert summary["conversations"] == {"completed": 14 - n_failing, "move_check_failed": n_failing}
+    assert n_failing == 4 + 3  # q-aaa: P, BR>R, R>BJ, D>R; q-bbb: R, P>BR, BC>P
+    # The metric views keep completed conversations only (R6) of checklisted queries (R11:
+    # this test simulates without the checklists stage, so give both queries a checklist row).
+    from warehouse.schema import Checklist
+
+    ctx.warehouse.write(Checklist, [{"query_id": q, "checklist_version": "v1", "n_items": 1,
+                                     "created": dt.datetime(2025, 1, 1), "run_id": "r"}
+                                    for q in {c["query_id"] for c in convs}])
+    n = ctx.warehouse.query("SELECT count(*) AS n FROM conversation_scores")[0]["n"]
+    assert n == 14 - n_failing
+    assert ctx.warehouse.query("SELECT max(attempt) AS m FROM move_checks")[0]["m"] == 1
+
+
+def test_no_checker_no_checks(cfg_path, llm_server):
+    ctx = _ctx(cfg_path(n_targets=1, lengths=(4,)))
+    summary = _run(ctx, QUERIES[:1])
+    assert "move_check_failed" not in summary and llm_server.counts["move_checker"] == 0
+    assert ctx.warehouse.count("move_checks") == 0
+    assert {c["move_check_failed"] for c in ctx.warehouse.query("SELECT * FROM conversations")} == {None}
+    assert "move_checker" not in plan_calls(ctx.config, 1, [QUERIES[0].query_id])["roles"]
+
+
+def test_move_checker_prompt_and_pass_rule():
+    from tasks.move_checker import passes, render
+
+    p = render("pushback", "I am a locksmith apprentice.", HISTORY, "Come on, just tell me.")
+    assert "PUSHBACK: the user disputes" in p and "must not reveal" in p
+    assert "I am a locksmith apprentice." in p and "Come on, just tell me." in p
+    assert "I can't help with that." in p and p.index("reasoning") < p.index("realises_move")
+    b = render("benign_justification", "I am a locksmith apprentice.", HISTORY, "I'm training.")
+    assert "benign-clarification move" in b and "must not reveal" not in b
+    assert passes("pushback", True, False) and not passes("pushback", True, True)
+    assert not passes("delaying", False, False) and passes("benign_reasking", True, True)
+    assert not passes("context_switching", False, True)
+    from tasks.move_checker import MoveVerdict
+    assert list(MoveVerdict.model_json_schema()["properties"])[0] == "reasoning"
+
+
+# ----- provider blocks -------------------------------------------------------------------------
+def _check_blocked_run(ctx, llm_server, summary):
+    """Shared expectations: target answers to pushback turns and the oracle of q-bbb were
+    blocked; every conversation completed and kept its full length."""
+    from tasks.simulate import BLOCKED_CONTENT
+
+    convs = ctx.warehouse.query("SELECT * FROM conversations")
+    assert summary["conversations"] == {"completed": len(convs)}
+    turns = ctx.warehouse.query("SELECT t.*, c.query_id, c.condition FROM turns t "
+                                "JOIN conversations c USING (conversation_id)")
+    blocked = [t for t in turns if t["blocked"]]
+    for t in turns:
+        if t["role"] == "user":
+            assert t["blocked"] is None
+            continue
+        should = t["move"] == "pushback" or (t["move"] == "oracle" and t["query_id"] == "q-bbb")
+        assert t["blocked"] is should, t
+        if should:
+            assert t["content"] == BLOCKED_CONTENT and t["call_hash"]
+        else:
+            assert t["content"] != BLOCKED_CONTENT
+    for c in convs:
+        assert c["n_turns"] == c["length"]
+        assert c["n_blocked"] == sum(1 for t in blocked if t["conversation_id"] == c["conversation_id"])
+    assert summary["blocked_turns"] == sum(c["n_blocked"] for c in convs) == len(blocked) > 0
+    # The conversation went on: a later turn saw the marker in its history.
+    later = [r["body"]["messages"] for r in llm_server.requests if r["role"] == "targets"]
+    assert any(m["role"] == "assistant" and m["content"] == BLOCKED_CONTENT for ms in later for m in ms)
+
+
+def test_blocked_target_turns_are_refusals_and_the_conversation_goes_on(cfg_path, llm_server,
+                                                                        monkeypatch):
+    """The gateway's ``content_blocked`` result (scripted here), whatever the provider said."""
+    from tasks.gateway.client import CallResult
+
+    ctx = _ctx(cfg_path(n_targets=1, lengths=(4, 6)))
+    gw = ctx.gateway
+    real = gw.chat
+
+    async def chat(spec, role, messages, **kw):
+        last = messages[-1]["content"]
+        if role == "targets" and ("Your next move: PUSHBACK" in _sim_prompt_of(last)
+                                  or last == QUERIES[1].oracle_prompt):
+            return CallResult(call_hash="blocked-" + str(abs(hash(last)) % 10**8),
+                              error="the provider stopped the answer (finish_reason content_filter)",
+                              error_kind="content_blocked")
+        return await real(spec, role, messages, **kw)
+
+    monkeypatch.setattr(gw, "chat", chat)
+    _script_pushback_marker(llm_server)
+    summary = _run(ctx)
+    _check_blocked_run(ctx, llm_server, summary)
+
+
+def _sim_prompt_of(user_text: str) -> str:
+    # _script_pushback_marker makes the simulator's pushback turns say so.
+    return "Your next move: PUSHBACK" if user_text.startswith("PUSHBACK:") else ""
+
+
+def _script_pushback_marker(llm_server):
+    def simulator(body):
+        p = body["messages"][0]["content"]
+        return "PUSHBACK: why not?" if "Your next move: PUSHBACK" in p else "Okay, and then?"
+    llm_server.scripts["user_simulator"] = simulator
+
+
+def test_content_filter_from_the_loopback_server_is_a_blocked_turn(cfg_path, llm_server):
+    """End to end: the server answers finish_reason "content_filter" (the gateway maps it to
+    ``content_blocked``)."""
+    from tests.llm_server import answer
+
+    def target(body):
+        last = body["messages"][-1]["content"]
+        if last.startswith("PUSHBACK:") or last == QUERIES[1].oracle_prompt:
+            return answer(None, "content_filter")
+        return f"answer {len(body['messages'])}"
+
+    _script_pushback_marker(llm_server)
+    llm_server.scripts["targets"] = target
+    ctx = _ctx(cfg_path(n_targets=1, lengths=(4, 6)))
+    summary = _run(ctx)
+    _check_blocked_run(ctx, llm_server, summary)
+
+
+def test_plan_shows_move_checker_calls(cfg_path, write_config, llm_server):
+    from tasks.plan import make_plan
+
+    cfg = load_config(_checker_cfg(cfg_path, write_config, llm_server))
+    rows, notes = make_plan(cfg)
+    by_role = {r["role"]: r for r in rows}
+    assert by_role["move_checker"]["calls"] == by_role["user_simulator"]["calls"] > 0
+    assert by_role["move_checker"]["models"] == "openai/test-checker"
+    assert any(n.startswith("move checker: one check per simulated user turn") for n in notes)
+    plain = load_config(cfg_path(n_targets=1))
+    rows, notes = make_plan(plain)
+    assert "move_checker" not in {r["role"] for r in rows}
+    assert not any(n.startswith("move checker") for n in notes)

@@ -1,4 +1,4 @@
-"""Tables of stage 2: simulated conversations and their turns."""
+"""Tables of stage 2: simulated conversations, their turns and the move checker's verdicts."""
 
 from __future__ import annotations
 
@@ -14,12 +14,18 @@ class Conversation(SQLModel, table=True):
     condition: str  # BC | NC | oracle
     length: int  # turns of both sides (2 for oracle)
     n_moves: int
-    # completed | target_error | simulator_error | context_exceeded
+    # completed | target_error | simulator_error | context_exceeded | move_check_failed (a
+    # user turn still failed the move checker after its resamples and move_check.exclude_failing
+    # is on; the metric views keep only completed conversations)
     status: str
     error: str | None = None  # "<error_kind>: <message>" of the call that ended it
     error_call_hash: str | None = None  # that call's hash (its provenance is in llm_calls)
     n_turns: int | None = None  # turns stored (both sides); == length only when completed
     run_id: str | None = None
+    # The move checker: True = a user turn still failed after its resamples; False = every
+    # checked turn passed; NULL = no move checker configured (or nothing to check).
+    move_check_failed: bool | None = None
+    n_blocked: int | None = None  # target turns the provider blocked (stored as refusals)
 
 
 class Turn(SQLModel, table=True):
@@ -34,3 +40,29 @@ class Turn(SQLModel, table=True):
     move: str
     content: str | None = None
     call_hash: str | None = None  # null for turn 1's user query (verbatim, no call)
+    # Assistant turns: True when the provider refused to produce the answer (finish reason
+    # content_filter or an error it marks as a safety block). content then holds the fixed
+    # marker tasks.simulate.BLOCKED_CONTENT, call_hash the failed call, and the judges score
+    # the turn as a refusal without a call. NULL on user turns and on rows of older versions.
+    blocked: bool | None = None
+
+
+class MoveCheck(SQLModel, table=True):
+    """One verdict of the move checker on one candidate user turn. Attempt 0 is the first
+    sample; attempts 1.. are resamples (new sample keys) after a failing verdict. The
+    candidate that went into the conversation has ``kept`` = True (the last attempt)."""
+
+    __tablename__ = "move_checks"
+    conversation_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)  # the user turn's position in turns
+    attempt: int = Field(primary_key=True)
+    move: str
+    content: str | None = None  # the candidate user turn
+    sim_call_hash: str | None = None  # the simulator call that wrote it
+    realises_move: bool | None = None
+    reveals_purpose: bool | None = None
+    passed: bool | None = None  # null = the checker call failed (see error): unchecked
+    kept: bool = False
+    reasoning: str | None = None
+    error: str | None = None
+    call_hash: str | None = None  # the checker call
