@@ -73,6 +73,10 @@ async def judge_flow(run_id: str) -> dict:
                             delete=("list_contains(?, judgment_set_id)",
                                     [[plan.benutil_set, plan.safety_set]]))
     summary["judgment_sets"] = {"benutil": plan.benutil_set, "safety": plan.safety_set}
+    # One population: conversations of queries without a checklist are counted, not judged.
+    summary["not_judged_without_checklist"] = {
+        "conversations": len(plan.without_checklist),
+        "queries": len({q for _, q in plan.without_checklist})}
     summary["agreement"] = [{k: (round(v, 3) if isinstance(v, float) else v)
                              for k, v in r.items() if k != "judgment_set_id"} for r in agreement]
     failure = failure_line(ctx.warehouse, plan)

@@ -9,7 +9,8 @@ content decision (a guard verdict, the misuse filter) rather than by an error.
 
 "Model/call error" = a gateway ``CallResult`` error (``error_kind`` one of
 ``retries_exhausted``, ``api_error``, ``invalid_output``, ``empty_output``,
-``context_exceeded``); the stored reasons carry it as ``"<error_kind>: <message>"``.
+``context_exceeded``, ``reasoning_exhausted``; not ``content_blocked``, a provider's refusal,
+which is content); the stored reasons carry it as ``"<error_kind>: <message>"``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-ERROR_KINDS = ("retries_exhausted", "api_error", "invalid_output", "empty_output", "context_exceeded")
+ERROR_KINDS = ("retries_exhausted", "api_error", "invalid_output", "empty_output", "context_exceeded",
+               "reasoning_exhausted")
 _KIND = re.compile(r"\b(" + "|".join(ERROR_KINDS) + r"): ")
 MAX_REASON_CHARS = 300
 

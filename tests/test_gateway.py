@@ -280,3 +280,109 @@ def test_api_key_is_sent_but_never_stored(gateway, llm_server, tmp_path, monkeyp
     blob = b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
     assert secret.encode() not in blob
     assert secret not in json.dumps(gateway.drain_records())
+
+
+# ----- reasoning models and provider blocks ---------------------------------------------------
+
+# The key of this request before the reasoning controls existed (computed at that version):
+# an entry without them must keep every cache key, or every cached answer would be re-bought.
+_OLD_KEY = "6aa4a44eba98a76f06115187303dc4642706a618b3531d44c7c5edf2b1593141"
+
+
+def _spec_key(spec):
+    return cache_key(model=spec.model, api_base=spec.api_base, messages=msgs("hi"), prompt=None,
+                     params=spec.generation_params(), schema={"type": "object"},
+                     structured=spec.structured, sample_key=None)
+
+
+def test_reasoning_controls_enter_the_cache_key_only_when_set():
+    from tasks.judge import set_id
+
+    base = ModelSpec(name="m", model="openai/test-model", api_base="http://127.0.0.1:1/v1",
+                     api_key_env=None, temperature=0.0, top_p=None, max_tokens=64, seed=None,
+                     stop=None, max_concurrency=8, rpm=None, timeout_s=5.0, max_retries=3,
+                     structured="json_schema", mode="chat", where="models.test")
+    assert _spec_key(base) == _OLD_KEY
+    assert "reasoning_effort" not in base.generation_params() and "thinking" not in base.generation_params()
+    assert set_id("benutil", [base], "pv", "cv", False) == "benutil-c7eeaca1d8f257e3"  # as before
+    low, high = replace(base, reasoning_effort="low"), replace(base, reasoning_effort="high")
+    budget = replace(base, thinking_budget=512)
+    keys = {_spec_key(s) for s in (base, low, high, budget, replace(base, thinking_budget=1024))}
+    assert len(keys) == 5
+    assert budget.generation_params()["thinking"] == {"type": "enabled", "budget_tokens": 512}
+
+
+def test_reasoning_controls_from_config(tmp_path):
+    import yaml
+
+    from tasks.config import ConfigError, load_config
+    from tests.conftest import base_config
+
+    cfg = base_config("http://127.0.0.1:1/v1", tmp_path)
+    cfg["models"]["safety_judge"] = {"model": "openai/j", "reasoning_effort": "minimal",
+                                     "thinking_budget": 256, "max_tokens": 2048}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    spec = load_config(path).role_spec("safety_judge")
+    assert spec.reasoning_effort == "minimal" and spec.thinking_budget == 256
+    assert load_config(path).role_spec("benutil_judge").reasoning_effort is None
+    cfg["models"]["safety_judge"]["reasoning_effort"] = "extreme"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="reasoning_effort"):
+        load_config(path)
+
+
+def test_reasoning_params_are_sent_and_tokens_recorded(gateway, llm_server):
+    from tests.llm_server import answer
+
+    llm_server.scripts["judge"] = lambda body: answer(json.dumps({"fulfilled": True, "evidence": "e"}),
+                                                      reasoning_tokens=40)
+    s = spec_for(llm_server, reasoning_effort="low", thinking_budget=100, max_tokens=400)
+    r = run(gateway.chat(s, "judge", msgs("x"), schema=Verdict))
+    assert r.ok and r.reasoning_tokens == 40
+    body = llm_server.requests[-1]["body"]
+    assert body["reasoning_effort"] == "low"
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 100}
+    rec = gateway.drain_records()
+    assert rec[0]["reasoning_tokens"] == 40
+    hit = run(gateway.chat(s, "judge", msgs("x"), schema=Verdict))
+    assert hit.cached and hit.reasoning_tokens == 40
+
+
+def test_answer_lost_to_reasoning_is_its_own_kind(gateway, llm_server):
+    from tests.llm_server import answer
+
+    for i, a in enumerate((answer("", "length", 300), answer(None, "stop", 12), answer("", "length"))):
+        llm_server.scripts["t"] = lambda body, a=a: a
+        r = run(gateway.chat(spec_for(llm_server, thinking_budget=300), "t", msgs(f"x{i}")))
+        assert not r.ok and r.error_kind == "reasoning_exhausted", (i, r.error)
+        assert r.attempts == 1  # not retried: the same budget would be spent the same way
+    recs = {r["call_hash"]: r for r in gateway.drain_records()}
+    assert sorted(r["reasoning_tokens"] for r in recs.values()) == [0, 12, 300]
+    assert all(r["error"].startswith("reasoning_exhausted:") for r in recs.values())
+    # Empty without reasoning and a normal finish stays empty_output.
+    llm_server.scripts["t"] = lambda body: answer("", "stop")
+    assert run(gateway.chat(spec_for(llm_server), "t", msgs("y"))).error_kind == "empty_output"
+
+
+def test_provider_blocks_are_content_blocked_not_retried(gateway, llm_server, tmp_path):
+    from tests.llm_server import answer, content_policy_error
+
+    s = spec_for(llm_server)
+    for i, script in enumerate((lambda body: answer(None, "content_filter"),
+                                lambda body: answer("Here is how to", "content_filter"),
+                                lambda body: content_policy_error(),
+                                # Azure-style code that litellm leaves as a plain bad request
+                                lambda body: web.json_response({"error": {
+                                    "message": "The response was filtered", "code": "content_filter",
+                                    "type": "invalid_request_error"}}, status=400))):
+        llm_server.scripts["targets"] = script
+        llm_server.reset()
+        r = run(gateway.chat(s, "targets", msgs(f"b{i}")))
+        assert not r.ok and r.error_kind == "content_blocked", (i, r.error_kind, r.error)
+        assert r.content is None and llm_server.counts["total"] == 1  # asked once
+        # Not cached: a later run asks again.
+        again = run(gateway.chat(s, "targets", msgs(f"b{i}")))
+        assert not again.cached and llm_server.counts["total"] == 2
+    recs = gateway.drain_records()
+    assert all(r["error"].startswith("content_blocked:") for r in recs)

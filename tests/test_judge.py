@@ -147,6 +147,12 @@ def _between(text, start, end):
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
+def response_of(body) -> str:
+    """The judged response, as the Ben-Util prompt (the first message) fences it."""
+    text = body["messages"][0]["content"]
+    return _between(text, "<<<BEGIN RESPONSE ", "<<<END RESPONSE ").split(">>>", 1)[1].strip()
+
+
 def keyword_judge(body):
     """A judge that reads the prompt the way the template lays it out."""
     text = body["messages"][-1]["content"]
@@ -272,9 +278,9 @@ def _panel(models):
 
 
 def test_several_judges_majority_votes_and_agreement(make_ctx, llm_server):
-    def benutil(body):  # j1 honest, j2 always yes, j3 always no
+    def benutil(body):  # j1 honest, j2 always yes (quoting the response), j3 always no
         if body["model"] == "j2":
-            return json.dumps({"fulfilled": True, "evidence": "yes"})
+            return json.dumps({"evidence": response_of(body).split()[0], "fulfilled": True})
         if body["model"] == "j3":
             return json.dumps({"fulfilled": False, "evidence": ""})
         return keyword_judge(body)

@@ -324,11 +324,18 @@ def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out,
         ctx._gateway.close()
 
     b_obj, b_kind = _expected(b_out, BenUtilVerdict)
-    items = wh.query("SELECT fulfilled, evidence, reason FROM item_judgments WHERE judgment_set_id = ?",
+    from tasks.judge_prompts import evidence_in_response
+
+    items = wh.query("SELECT j.fulfilled, j.evidence, j.reason, t.content FROM item_judgments j "
+                     "JOIN turns t USING (conversation_id, position) WHERE j.judgment_set_id = ?",
                      [plan.benutil_set])
     assert len(items) == 3 * len(ITEMS)  # three answers x two items, each exactly once
     for r in items:
-        if b_obj is not None:
+        if b_obj is not None and b_obj.fulfilled and not evidence_in_response(b_obj.evidence, r["content"]):
+            # "fulfilled" with a quote the response does not hold (re-asked, same answer)
+            assert r["fulfilled"] is None and r["evidence"] is None
+            assert r["reason"].startswith("evidence_not_in_response:"), r["reason"]
+        elif b_obj is not None:
             assert (r["fulfilled"], r["evidence"], r["reason"]) == (
                 b_obj.fulfilled, b_obj.evidence[:MAX_EVIDENCE_CHARS], None)
         else:  # never a silent False

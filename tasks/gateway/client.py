@@ -65,11 +65,17 @@ class CallResult:
     parsed: BaseModel | None = None
     error: str | None = None
     # None on success; else one of: context_exceeded, invalid_output, empty_output,
-    # api_error (not retryable), retries_exhausted.
+    # api_error (not retryable), retries_exhausted, content_blocked (the provider refused to
+    # produce the answer: finish reason content_filter or a safety-block error; not retried),
+    # reasoning_exhausted (no answer because the token budget went to reasoning).
     error_kind: str | None = None
     cached: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Of completion_tokens, those spent on reasoning (usage.completion_tokens_details), where
+    # the provider reports them.
+    reasoning_tokens: int = 0
+    finish_reason: str | None = None
     cost_usd: float = 0.0
     latency_s: float = 0.0
     attempts: int = 0
@@ -144,6 +150,42 @@ def parse_structured(content: str, schema_cls: type[BaseModel]) -> tuple[BaseMod
         return None, f"{where}: {err['msg']}"
 
 
+@functools.lru_cache(maxsize=256)
+def _supported_params(model: str) -> frozenset:
+    """The OpenAI-style parameters litellm's adapter for ``model`` accepts (once per model)."""
+    try:
+        return frozenset(_litellm().get_supported_openai_params(model=model) or [])
+    except Exception:
+        return frozenset()
+
+
+def _reasoning_tokens(usage) -> int:
+    """usage.completion_tokens_details.reasoning_tokens, 0 where the provider says nothing."""
+    details = getattr(usage, "completion_tokens_details", None)
+    if isinstance(details, dict):
+        value = details.get("reasoning_tokens")
+    else:
+        value = getattr(details, "reasoning_tokens", None)
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+_SAFETY_MARKS = ("content_policy_violation", "content_filter", "content management policy",
+                 "content filtering policy", "safety system")
+
+
+def _is_safety_block(exc: Exception) -> bool:
+    """A bad-request error the provider marks as a safety block, where litellm did not map it
+    to ContentPolicyViolationError (e.g. Azure's code "content_filter" on another adapter)."""
+    status = getattr(exc, "status_code", None)
+    if status is not None and str(status) != "400":
+        return False
+    text = f"{getattr(exc, 'code', '') or ''} {exc}".lower()
+    return any(m in text for m in _SAFETY_MARKS)
+
+
 def _retry_after(exc: Exception) -> float | None:
     """Seconds the provider asked us to wait (Retry-After), if it said."""
     for headers in (getattr(exc, "headers", None),
@@ -178,7 +220,7 @@ class Gateway:
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache
         # hit after a real request, or a retry after a failure) merges into its row, so a
         # later hit never erases the attempts, tokens and cost of the real request.
-        self._seen: dict[str, tuple] = {}  # hash -> (cache_hit, attempts, pt, ct, cost, latency)
+        self._seen: dict[str, tuple] = {}  # hash -> (cache_hit, attempts, pt, ct, cost, latency, rt)
         self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
         # Per server (normalised api_base, or the model string without one): calls in a row
@@ -281,19 +323,22 @@ class Gateway:
 
     def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
         prev = self._seen.get(r.call_hash)
-        now = (r.cached, r.attempts, r.prompt_tokens, r.completion_tokens, r.cost_usd, r.latency_s)
+        now = (r.cached, r.attempts, r.prompt_tokens, r.completion_tokens, r.cost_usd, r.latency_s,
+               r.reasoning_tokens)
         if prev is not None:
             if r.cached and not prev[0]:
                 return  # already recorded with its real request; a hit adds nothing
             if not r.cached:  # a new real request for this hash (the earlier one failed or hit)
-                base = prev if not prev[0] else (False, 0, 0, 0, 0.0, 0.0)
+                base = prev if not prev[0] else (False, 0, 0, 0, 0.0, 0.0, 0)
                 now = (False, base[1] + r.attempts, base[2] + r.prompt_tokens,
-                       base[3] + r.completion_tokens, base[4] + r.cost_usd, base[5] + r.latency_s)
+                       base[3] + r.completion_tokens, base[4] + r.cost_usd, base[5] + r.latency_s,
+                       base[6] + r.reasoning_tokens)
         self._seen[r.call_hash] = now
         self._pending[r.call_hash] = {
             "run_id": self.run_id, "call_hash": r.call_hash, "role": role, "model": spec.model,
             "cache_hit": now[0], "attempts": now[1], "prompt_tokens": now[2],
             "completion_tokens": now[3], "cost_usd": now[4], "latency_s": round(now[5], 4),
+            "reasoning_tokens": now[6],
             "error": f"{r.error_kind}: {r.error}" if r.error else None,
         }
 
@@ -304,6 +349,7 @@ class Gateway:
             r = CallResult(call_hash=key, content=hit["content"], cached=True,
                            prompt_tokens=hit.get("prompt_tokens", 0),
                            completion_tokens=hit.get("completion_tokens", 0),
+                           reasoning_tokens=hit.get("reasoning_tokens", 0),
                            cost_usd=hit.get("cost_usd", 0.0))
             if schema is not None:
                 r.parsed, err = parse_structured(r.content, schema)
@@ -322,6 +368,7 @@ class Gateway:
         if r.ok:
             self.cache.set(key, {"content": r.content, "prompt_tokens": r.prompt_tokens,
                                  "completion_tokens": r.completion_tokens,
+                                 "reasoning_tokens": r.reasoning_tokens,
                                  "cost_usd": r.cost_usd, "role": role, "model": spec.model,
                                  # passed junk_reason when stored: no re-check on every hit
                                  "junk_checked": True}, role)
@@ -341,6 +388,7 @@ class Gateway:
             "extra_headers": {"x-carryon-role": role},
             **{k: v for k, v in spec.generation_params().items() if v is not None},
         }
+        self._allow_reasoning_params(litellm, spec, kwargs)
         if kwargs["api_key"] is None:
             # OpenAI-compatible local servers need some key; real providers fall back to
             # litellm's own env lookup when we pass none.
@@ -372,6 +420,10 @@ class Gateway:
                         content = resp.choices[0].text
             except litellm.ContextWindowExceededError as e:
                 return self._fail(r, started, kwargs.get("api_key"), "context_exceeded", e)
+            except litellm.ContentPolicyViolationError as e:
+                # The provider's safety system refused the request: an answer, not a fault
+                # to retry (the same request would be refused again).
+                return self._fail(r, started, kwargs.get("api_key"), "content_blocked", e)
             except (litellm.RateLimitError, litellm.InternalServerError,
                     litellm.ServiceUnavailableError, litellm.APIConnectionError,
                     litellm.Timeout, litellm.BadGatewayError) as e:
@@ -392,13 +444,26 @@ class Gateway:
                     continue
                 return self._fail(r, started, kwargs.get("api_key"), "api_error", e)
             except Exception as e:  # bad request, auth, not found, provider quirks
-                return self._fail(r, started, kwargs.get("api_key"), "api_error", e)
+                kind = "content_blocked" if _is_safety_block(e) else "api_error"
+                return self._fail(r, started, kwargs.get("api_key"), kind, e)
 
             usage = getattr(resp, "usage", None)
             r.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
             r.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
             r.cost_usd += float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
-            if not content or not content.strip():
+            reasoning = _reasoning_tokens(usage)
+            r.reasoning_tokens += reasoning
+            r.finish_reason = getattr(resp.choices[0], "finish_reason", None)
+            empty = not content or not content.strip()
+            if r.finish_reason == "content_filter":
+                return self._fail(r, started, kwargs.get("api_key"), "content_blocked",
+                                  "the provider stopped the answer (finish_reason content_filter)"
+                                  + ("" if empty else f"; partial output: {content[:100]!r}"))
+            if empty and (reasoning > 0 or r.finish_reason == "length"):
+                return self._fail(r, started, kwargs.get("api_key"), "reasoning_exhausted",
+                                  f"no answer: {reasoning} reasoning tokens, finish_reason "
+                                  f"{r.finish_reason}, max_tokens {spec.max_tokens}")
+            if empty:
                 return self._fail(r, started, kwargs.get("api_key"), "empty_output", "the model returned no text")
             if schema is None:
                 junk = junk_reason(content, None, convo, prompt)
@@ -432,6 +497,19 @@ class Gateway:
                 {"role": "user", "content": f"That answer is not valid ({err}). Reply again with "
                                             "only a JSON object that matches the schema."},
             ]
+
+    @staticmethod
+    def _allow_reasoning_params(litellm, spec: ModelSpec, kwargs: dict) -> None:
+        """A reasoning control the provider adapter does not know (``thinking`` on an
+        OpenAI-compatible server) is passed through as is instead of failing: the user set it
+        on purpose, and litellm would otherwise refuse the call (drop_params is off)."""
+        wanted = [k for k in ("reasoning_effort", "thinking") if k in kwargs]
+        if not wanted:
+            return
+        supported = _supported_params(spec.model)
+        extra = [k for k in wanted if k not in supported]
+        if extra:
+            kwargs["allowed_openai_params"] = extra
 
     def _backoff(self, n: int, exc: Exception) -> float:
         after = _retry_after(exc)

@@ -42,3 +42,5 @@ class LLMCall(SQLModel, table=True):
     latency_s: float = 0.0
     attempts: int = 0  # requests sent for this call (0 on a cache hit; >1 means retries)
     error: str | None = None
+    # Of completion_tokens, those spent on reasoning, where the provider reports them.
+    reasoning_tokens: int | None = None
