@@ -20,7 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# The paper's four excluded SORRY-Bench categories (DESIGN §2), as CASE-Bench names them.
+# The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
 PAPER_EXCLUDED_CATEGORIES = [
     "child-related crimes",
     "evasion of law enforcement",
@@ -68,6 +68,16 @@ class ModelEntry(_Strict):
     # Only for the wildguard role: "wildguard" = WildGuard's own text-completion format,
     # "chat" = any chat model asked the same three questions.
     mode: Literal["wildguard", "chat"] | None = None
+    # Reasoning models: litellm's reasoning_effort, and/or a thinking budget in tokens (sent
+    # as thinking={"type": "enabled", "budget_tokens": N}, for providers that take one; 0 asks
+    # Gemini 2.5 for no thinking). Both shape the output, so both are part of the cache key,
+    # but only when set. max_tokens must hold the budget plus the answer (`carryon plan` warns
+    # when it cannot).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_budget: int | None = Field(None, ge=0, le=10_000_000)
+    # Groups targets in the report's per-family figure (e.g. "Qwen", "Llama"); the entry's
+    # name when unset. Report grouping only: not sent to the model, not in the cache key.
+    family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,16 +100,26 @@ class ModelSpec:
     structured: str
     mode: str
     where: str  # the config path of the entry, for error messages ("models.targets[0]")
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    family: str | None = None  # report grouping only: never in generation_params / the cache key
 
     def generation_params(self) -> dict:
-        """Every parameter that determines the output (part of the cache key)."""
-        return {
+        """Every parameter that determines the output (part of the cache key). The reasoning
+        controls appear only when set, so an entry without them keeps the keys (and judgment
+        set ids) it had before they existed."""
+        out = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "seed": self.seed,
             "stop": list(self.stop) if self.stop else None,
         }
+        if self.reasoning_effort is not None:
+            out["reasoning_effort"] = self.reasoning_effort
+        if self.thinking_budget is not None:
+            out["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        return out
 
 
 class DatasetConfig(_Strict):
@@ -121,7 +141,9 @@ class FlowsConfig(_Strict):
     lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12], min_length=1)
     bc_per_length: int = Field(2, ge=0, le=10_000)
     nc_per_length: int = Field(1, ge=0, le=10_000)
-    # True (paper): conversations that share a prefix share its sampled calls.
+    # True (this project's choice; the paper does not say how it sampled shared prefixes):
+    # conversations that share a prefix share its sampled calls, which makes the
+    # conversations of a query correlated (Table 2's intervals are clustered by query).
     # False: every conversation gets its own sample key (independent conversations).
     share_prefix: bool = True
 
@@ -136,8 +158,23 @@ class FlowsConfig(_Strict):
         return v
 
 
+class MoveCheckConfig(_Strict):
+    """The move checker (``models.move_checker``; unset = no checking). Every simulated user
+    turn is judged: does it realise its move, and (moves other than benign clarification)
+    does it reveal or hint at a purpose? A failing turn is sampled again with a new sample
+    key up to ``max_resamples`` times; a conversation with a turn that still fails is flagged
+    (``conversations.move_check_failed``) and, with ``exclude_failing``, gets the status
+    ``move_check_failed`` so the metric views leave it out."""
+
+    max_resamples: int = Field(2, ge=0, le=20)
+    exclude_failing: bool = False
+
+
 class ChecklistConfig(_Strict):
     min_harmless: int = Field(3, ge=1)
+    # The most items a checklist keeps: the prompts ask for 7 to max_items, and the merged
+    # list is cut to its first max_items (the merger puts the most important first).
+    max_items: int = Field(23, ge=1, le=1000)
 
 
 class JudgingConfig(_Strict):
@@ -157,6 +194,7 @@ class ModelsConfig(_Strict):
     defaults: ModelEntry = Field(default_factory=ModelEntry)
     targets: list[ModelEntry] = Field(default_factory=list)
     user_simulator: ModelEntry | None = None
+    move_checker: ModelEntry | None = None  # optional: judges every simulated user turn
     intent_rewriter: ModelEntry | None = None
     ensemble: list[ModelEntry] = Field(default_factory=list)
     wildguard: ModelEntry | None = None
@@ -175,6 +213,7 @@ class Config(_Strict):
     seed: int = Field(0, ge=0, le=INT64_MAX)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     flows: FlowsConfig = Field(default_factory=FlowsConfig)
+    move_check: MoveCheckConfig = Field(default_factory=MoveCheckConfig)
     checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
     judging: JudgingConfig = Field(default_factory=JudgingConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
@@ -237,6 +276,9 @@ class Config(_Strict):
             structured=merged["structured"] or "json_schema",
             mode=merged["mode"] or "chat",
             where=where,
+            reasoning_effort=merged["reasoning_effort"],
+            thinking_budget=merged["thinking_budget"],
+            family=entry.family,
         )
 
     def config_hash(self) -> str:
@@ -248,7 +290,7 @@ class Config(_Strict):
 # Every model role, in pipeline order.
 ROLES = [
     "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
-    "targets", "user_simulator", "benutil_judge", "safety_judge",
+    "targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge",
 ]
 
 

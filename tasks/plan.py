@@ -18,9 +18,10 @@ PAPER_MEAN_ITEMS = 18
 
 # Rough tokens per call (prompt, completion) by role, before the answers' own lengths.
 _BASE_TOKENS = {
-    "intent_rewriter": (300, 80), "ensemble": (150, None), "wildguard": (250, 20),
-    "decomposer": (350, 400), "merger": (250, 700), "misuse_filter": (800, 400),
-    "targets": (150, None), "user_simulator": (500, 60), "benutil_judge": (350, 40),
+    "intent_rewriter": (300, 80), "ensemble": (230, None), "wildguard": (250, 20),
+    "decomposer": (550, 500), "merger": (450, 1000), "misuse_filter": (800, 600),
+    "targets": (150, None), "user_simulator": (500, 60), "move_checker": (650, 120),
+    "benutil_judge": (350, 40),
     "safety_judge": (450, 40),
 }
 
@@ -70,11 +71,14 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         "misuse_filter": q,
         "targets": sim["roles"]["targets"]["planned"],
         "user_simulator": sim["roles"]["user_simulator"]["planned"],
+        # First tries only; resamples are an upper bound in the notes.
+        "move_checker": sim["roles"].get("move_checker", {}).get("planned", 0),
         "benutil_judge": round(responses * mean_items) * len(cfg.role_specs("benutil_judge")),
         "safety_judge": responses * len(cfg.role_specs("safety_judge")),
     }
     extra_prompt = {"wildguard": ens_out, "decomposer": ens_out, "merger": len(ens) * 400,
                     "targets": 2 * target_out, "user_simulator": 2 * target_out,
+                    "move_checker": 2 * target_out,
                     "benutil_judge": target_out, "safety_judge": target_out}
     rows = []
     for role, n in calls.items():
@@ -104,4 +108,33 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
             "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else ""),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
+    if sim.get("move_check_resamples"):
+        rs = sim["move_check_resamples"]
+        notes.insert(4, f"move checker: one check per simulated user turn; resampling failing "
+                        f"turns (max_resamples={rs['max_resamples']}) adds at most "
+                        f"{rs['extra_calls_upper_bound']} simulator and checker calls.")
+    notes += reasoning_warnings(cfg)
     return rows, notes
+
+
+# Tokens an answer needs beside a thinking budget, where the role has no estimate of its own.
+MIN_ANSWER_TOKENS = 256
+
+
+def reasoning_warnings(cfg: Config) -> list[str]:
+    """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
+    answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
+    from tasks.config import ROLES
+
+    out = []
+    for role in ROLES:
+        for spec in cfg.role_specs(role):
+            if spec.thinking_budget is None:
+                continue
+            answer = max(_BASE_TOKENS.get(role, (0, None))[1] or 0, MIN_ANSWER_TOKENS)
+            need = spec.thinking_budget + answer
+            if spec.max_tokens < need:
+                out.append(f"warning: {spec.where} ({spec.model}): max_tokens {spec.max_tokens} "
+                           f"cannot hold thinking_budget {spec.thinking_budget} plus an answer "
+                           f"(about {answer} tokens); set max_tokens to at least {need}")
+    return out

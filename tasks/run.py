@@ -27,10 +27,13 @@ STAGES = ["checklists", "simulate", "judge", "report"]
 # The model roles each stage calls (for pre-flight checks and ``carryon plan``).
 STAGE_ROLES = {
     "checklists": ["intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter"],
-    "simulate": ["intent_rewriter", "targets", "user_simulator"],
+    "simulate": ["intent_rewriter", "targets", "user_simulator", "move_checker"],
     "judge": ["benutil_judge", "safety_judge"],
     "report": [],
 }
+# Roles a stage calls only when configured (pre-flight checks their keys and servers, but
+# does not require them).
+OPTIONAL_ROLES = {"move_checker"}
 
 # Packages whose versions shape results, recorded with every run.
 PROVENANCE_PACKAGES = ["carryonbench", "litellm", "prefect", "duckdb", "sqlmodel", "pydantic",
@@ -116,7 +119,7 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
         select_queries(cfg, limit)  # a bad dataset file fails here, naming file, row and field
     roles = sorted({r for s in stages for r in STAGE_ROLES[s]})
     for role in roles:
-        if not cfg.role_specs(role):
+        if not cfg.role_specs(role) and role not in OPTIONAL_ROLES:
             raise ConfigError(f"{cfg.source_path}: models.{role}: needed by stage(s) "
                               f"{[s for s in stages if role in STAGE_ROLES[s]]} but not configured")
     check_secrets(cfg, roles)

@@ -26,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -43,6 +44,9 @@ class Faults:
     timeout: float = 0.0
     timeout_sleep_s: float = 3.0
     malformed: float = 0.0
+    # Rate of chat answers refused by a provider safety filter: finish_reason
+    # "content_filter" with empty content (fault kind "content_filter").
+    content_filter: float = 0.0
     seed: int = 0
 
 
@@ -83,6 +87,10 @@ def instance_for(schema: dict, seed: int, name: str = "", root: dict | None = No
             return False  # guards and filters keep things by default
         if lowered in ("keep", "kept"):
             return True
+        if lowered.startswith("realises"):  # the move checker passes turns by default
+            return True
+        if lowered.startswith("reveals"):
+            return False
         return bool(seed % 2)
     if t == "integer":
         lo = schema.get("minimum", 0)
@@ -93,6 +101,25 @@ def instance_for(schema: dict, seed: int, name: str = "", root: dict | None = No
     if t == "string":
         return f"{name or 'text'} {seed % 100000:05d}"
     return None
+
+
+_RESPONSE_BLOCK = re.compile(r"<<<BEGIN RESPONSE (\S+)>>>\n(.*?)\n<<<END RESPONSE \1>>>", re.S)
+
+
+def _quote_evidence(obj, prompt: str):
+    """A Ben-Util-shaped answer ({"evidence", "fulfilled"}) quotes the judged response, as the
+    judge checks it must: "fulfilled" quotes its first words, "not fulfilled" quotes nothing."""
+    if not (isinstance(obj, dict) and "evidence" in obj and isinstance(obj.get("fulfilled"), bool)):
+        return obj
+    m = _RESPONSE_BLOCK.search(prompt)
+    words = m.group(2).split()[:6] if m else []
+    if obj["fulfilled"] and words:
+        obj["evidence"] = " ".join(words)
+    elif obj["fulfilled"] and m:  # an empty response: nothing to quote
+        obj["fulfilled"], obj["evidence"] = False, ""
+    elif m:
+        obj["evidence"] = ""
+    return obj
 
 
 WILDGUARD_MARK = "Answers: [/INST]"
@@ -112,12 +139,26 @@ def default_answer(role: str, body: dict) -> str:
     if not schema and SCHEMA_MARK in last_text:  # the gateway's "prompt" structured mode
         schema = json.loads(last_text.split(SCHEMA_MARK, 1)[1])
     if schema:
-        return json.dumps(instance_for(schema, seed))
+        return json.dumps(_quote_evidence(instance_for(schema, seed), last_text))
     last = body["messages"][-1]["content"] if body.get("messages") else ""
     if isinstance(last, list):
         last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
     return (f"Reply {seed % 100000:05d} from {body.get('model')} as {role or 'assistant'}: "
             f"here is what I can say about '{str(last)[:60]}'.")
+
+
+def answer(content: str | None, finish_reason: str = "stop", reasoning_tokens: int | None = None) -> dict:
+    """A scripted answer with a finish reason and reasoning tokens (usage's
+    completion_tokens_details), e.g. ``answer(None, "content_filter")`` for a provider block or
+    ``answer("", "length", 500)`` for a budget spent on thinking."""
+    return {"content": content, "finish_reason": finish_reason, "reasoning_tokens": reasoning_tokens}
+
+
+def content_policy_error() -> web.Response:
+    """An HTTP 400 that litellm maps to ContentPolicyViolationError (a provider's safety block)."""
+    return web.json_response({"error": {
+        "message": "Your request was rejected as a result of the safety system.",
+        "type": "invalid_request_error", "code": "content_policy_violation"}}, status=400)
 
 
 class LLMServer:
@@ -176,25 +217,39 @@ class LLMServer:
             await asyncio.sleep(f.timeout_sleep_s)
         roll -= f.timeout
         script = self.scripts.get(role)
-        content = script(body) if script else default_answer(role, body)
+        if kind == "chat" and roll < f.content_filter:  # a provider block, as answer() scripts it
+            self.counts["fault_content_filter"] += 1
+            content = answer(None, "content_filter")
+        else:
+            content = script(body) if script else default_answer(role, body)
+        roll -= f.content_filter
         structured = bool(body.get("response_format"))
-        if structured and roll < f.malformed:
+        if structured and 0 <= roll < f.malformed:
             self.counts["fault_malformed"] += 1
             content = '{"truncated": '
         if isinstance(content, web.Response):
             return content
+        # A script may answer a dict: {"content": str | None, "finish_reason": "stop" |
+        # "length" | "content_filter", "reasoning_tokens": int} (see ``answer``).
+        finish, reasoning = "stop", None
+        if isinstance(content, dict):
+            finish = content.get("finish_reason", "stop")
+            reasoning = content.get("reasoning_tokens")
+            content = content.get("content")
         usage = {"prompt_tokens": max(1, len(json.dumps(body.get("messages") or body.get("prompt"))) // 4),
-                 "completion_tokens": max(1, len(content) // 4)}
+                 "completion_tokens": max(1, len(content or "") // 4) + (reasoning or 0)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if reasoning is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
         base = {"id": f"cmpl-{self.counts['total']}", "created": int(time.time()),
                 "model": body.get("model", "test"), "usage": usage}
         if kind == "chat":
             base |= {"object": "chat.completion", "choices": [{
-                "index": 0, "finish_reason": "stop",
+                "index": 0, "finish_reason": finish,
                 "message": {"role": "assistant", "content": content}}]}
         else:
             base |= {"object": "text_completion", "choices": [{
-                "index": 0, "finish_reason": "stop", "text": content, "logprobs": None}]}
+                "index": 0, "finish_reason": finish, "text": content, "logprobs": None}]}
         return web.json_response(base)
 
     def app(self) -> web.Application:

@@ -8,7 +8,8 @@ from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
 from warehouse.schema.platform import LLMCall, Run
-from warehouse.schema.simulation import Conversation, Turn
+from warehouse.schema.report import Table2CI
+from warehouse.schema.simulation import Conversation, MoveCheck, Turn
 from warehouse.schema.validation import (
     ValidationAnnotation, ValidationAssignment, ValidationSample, ValidationUnit,
 )
@@ -17,6 +18,6 @@ __all__ = [
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMCall",
-    "MergedItem", "Query", "Run", "SafetyJudgment", "Turn",
+    "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "Table2CI", "Turn",
     "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]
