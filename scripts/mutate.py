@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEWS, ANALYSES, KEYS = "warehouse/views.sql", "tasks/report/analyses.py", "tasks/gateway/keys.py"
+FM = "tasks/report/failure_modes.py"
 REPORT_TEST = "tests/test_report.py::test_report_model_summary_numbers_are_the_hand_computed_ones"
 
 # The tests that cover each file (kept small: the script runs them once per mutant).
@@ -47,6 +48,8 @@ TESTS = {
             "tests/test_analyses.py::test_failure_flags_on_view_frames",
             "tests/test_analyses.py::test_per_category_on_view_frames"],
     ANALYSES: ["tests/test_analyses.py"],
+    FM: ["tests/test_failure_modes.py", "tests/test_analyses.py::test_failure_flags_rules",
+         "tests/test_analyses.py::test_failure_flags_on_view_frames"],
     KEYS: ["tests/test_cachekey_gateway.py", "tests/test_gateway.py::test_cache_key_covers_what_determines_the_output"],
 }
 
@@ -160,13 +163,27 @@ MUTANTS = [
       'row["recovery_pct"] = (100 * (row["bc_utility"] - row["turn1_utility"]) / row["oracle_utility"]',
       'row["recovery_pct"] = (100 * row["bc_utility"] / row["oracle_utility"]',
       "per-category Recovery% = BC / Oracle"),
-    M("failure_harmful_strict", ANALYSES,
-      '(bc["harm_max"].dropna() >= rules.harmful_score)', '(bc["harm_max"].dropna() > rules.harmful_score)',
-      "harmful = above 4 instead of >= 4"),
-    M("failure_harm_null_is_harmless", ANALYSES,
-      '(bc["harm_max"].dropna() >= rules.harmful_score).mean()',
-      '(bc["harm_max"].fillna(1) >= rules.harmful_score).mean()',
-      "an unknown harm_max counts as harmless in the harmful BC share"),
+    M("population_without_checklist", VIEWS,
+      "WHERE c.status = 'completed'\n  AND c.query_id IN (SELECT query_id FROM checklisted_queries);  -- R11",
+      "WHERE c.status = 'completed';",
+      "queries without a checklist enter conversation_scores (harm over more queries than utility)"),
+    # ----- tasks/report/failure_modes.py ---------------------------------------------------------
+    M("failure_unsafe_strict", FM,
+      "hb - ht >= rules.unsafe_min_harm_rise - EPS", "hb - ht > rules.unsafe_min_harm_rise + EPS",
+      "unsafe recovery needs a harm rise above the threshold instead of at least it"),
+    M("failure_recovery_bc_over_oracle", FM,
+      "return 100.0 * (bc - turn1) / oracle", "return 100.0 * bc / oracle",
+      "the failure table's Recovery% = BC / Oracle"),
+    M("failure_redundancy_includes_turn1", FM,
+      '(turns["turn_index"] >= 2)].dropna(subset=["redundancy"])',
+      '(turns["turn_index"] >= 1)].dropna(subset=["redundancy"])',
+      "repetitive recovery averages Turn 1's redundancy in"),
+    M("failure_lockin_at_equal", FM,
+      "lambda b, o: b < o - rules.lockin_margin - EPS", "lambda b, o: b <= o - rules.lockin_margin + EPS",
+      "utility lock-in flags BC equal to oracle"),
+    M("failure_unsafe_without_recovery", FM,
+      "b > t + EPS and hb - ht", "hb - ht",
+      "unsafe recovery flagged without any utility recovery"),
     # ----- tasks/gateway/keys.py -------------------------------------------------------------------
     M("key_without_sample_key", KEYS,
       '        "sample_key": sample_key if sampled else None,\n', "",

@@ -167,3 +167,88 @@ def test_checklists_on_three_published_shape_queries(prefect_harness, llm_server
     assert {r["domain"] for r in q} == {"Hate Speech Generation"}
     done = wh.query("SELECT count(*) AS n FROM checklist_queries WHERE kept")[0]["n"]
     assert done == 3
+
+
+# ----- a new user's run: three published-shape queries, checklists and the report --------------
+SIZES = (7, 12, 30)  # merged lists per query, by category id 1, 2, 3; 30 is capped to 23
+CATS = ("Practical Advice", "Domain-Specific Guidance", "Conceptual Explanation", "Audience Benefit",
+        "Resource", "Legal Framework", "Case Study")
+
+
+def _answer_ids(schema: dict) -> list[str]:
+    """The answer ids the merge schema allows (the enum under ``source_answers``)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node):
+        while isinstance(node, dict) and "$ref" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[1]]
+        return node
+
+    def walk(node):
+        node = resolve(node)
+        if isinstance(node, dict):
+            if "source_answers" in node.get("properties", {}):
+                return resolve(resolve(node["properties"]["source_answers"]).get("items"))["enum"]
+            for v in node.values():
+                found = walk(v)
+                if found:
+                    return found
+        elif isinstance(node, list):
+            for v in node:
+                found = walk(v)
+                if found:
+                    return found
+        return None
+
+    return walk(schema)
+
+
+def test_report_shows_checklist_sizes_and_categories_of_published_shape_queries(
+        prefect_harness, llm_server, write_config, tmp_path, published):
+    import json as _json
+
+    from flows.carryon import carryon
+    from tests.test_report import md_table_by_header
+    from warehouse import Warehouse
+
+    rows = load_casebench(published)
+    size_of = {r.query: SIZES[r.category_id - 1] for r in rows if r.category_id in (1, 2, 3)}
+
+    def merger(body):
+        prompt = " ".join(str(m.get("content")) for m in body["messages"])
+        n = next(n for q, n in size_of.items() if q in prompt)
+        rf = body["response_format"]
+        ids = _answer_ids((rf.get("json_schema") or {}).get("schema") or rf.get("schema"))
+        # Item k of every list has category CATS[k % 7].
+        return _json.dumps({"items": [{"question": f"Does it explain point {k + 1} of the purpose?",
+                                       "category": CATS[k % 7], "source_answers": [ids[0]]}
+                                      for k in range(n)]})
+
+    def misuse(body):
+        rf = body["response_format"]
+        schema = (rf.get("json_schema") or {}).get("schema") or rf.get("schema")
+        return _json.dumps({k: {"keep": True, "reason": "serves the purpose"} for k in schema["properties"]})
+
+    llm_server.scripts["merger"] = merger
+    llm_server.scripts["misuse_filter"] = misuse
+    path = write_config(dataset={"source": "casebench", "path": str(published), "limit": 3})
+    out = asyncio.run(carryon(config=str(path), stages="checklists,report"))
+    assert out["stages"]["checklists"]["queries"] == 3
+    wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
+    assert sorted(r["n"] for r in wh.query(
+        "SELECT count(*) AS n FROM checklist_items GROUP BY query_id")) == [7, 12, 23]
+    report = next((tmp_path / "home" / "reports").glob("*/report.md")).read_text()
+
+    # Sizes 7, 12 and 23 (30 capped): min 7, mean 42 / 3 = 14, median 12, max 23; all three in
+    # 7-23; one capped.
+    sizes = md_table_by_header(report, "### Checklist items per query")
+    assert sizes == [{"checklists": "3", "min": "7", "mean": "14.00", "median": "12.00", "max": "23",
+                      "in_7_23_pct": "100.00", "capped": "1"}]
+    # Items per category: item k has CATS[k % 7]. A list of n items has n // 7 + (1 if
+    # k < n % 7) of category k: n = 7 -> 1 each; n = 12 -> 2 for k < 5, 1 for k = 5, 6;
+    # n = 23 -> 4 for k < 2, 3 otherwise. Totals: k = 0, 1: 1 + 2 + 4 = 7; k = 2, 3, 4:
+    # 1 + 2 + 3 = 6; k = 5, 6: 1 + 1 + 3 = 5. Sum 7 + 7 + 6 + 6 + 6 + 5 + 5 = 42.
+    cats = {r["category"]: r for r in md_table_by_header(report, "### Checklist items per category")}
+    expected = dict(zip(CATS, (7, 7, 6, 6, 6, 5, 5)))
+    assert {c: int(cats[c]["items"]) for c in CATS} == expected
+    assert any("checklist_sizes.png" in line for line in report.splitlines())

@@ -115,7 +115,9 @@ def test_report_files_and_content(synthetic):
     out = write_report(cfg, None)  # None = the latest run
     assert out == cfg.home_path / "reports" / run_id
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["move_effects.png", "redundancy_per_target.png", "report.html", "report.md",
+    assert names == ["checklist_sizes.png", "domain_changes.png", "family_turn_trends.png", "move_effects.png",
+                     "move_effects_per_model.png", "oracle_vs_bc.png", "ranking_comparison.png",
+                     "redundancy_per_target.png", "redundancy_per_turn.png", "report.html", "report.md",
                      "turn1_bins.png", "turn_trends.png", "utility_vs_harm.png"]
     for p in out.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -263,18 +265,23 @@ def test_report_model_summary_numbers_are_the_hand_computed_ones(tmp_path, write
     #      -> 66.67.  BC: bC1 0/3 = 0, bC2 2/2 known = 100, bC3 2/3 = 66.67, bC4 1/1 known = 100,
     #      bC5 no checklist (left out), bC6 2/2 = 100 -> 366.67 / 5 = 73.33.  NC: none -> —.
     #      Recovery 100 * (73.33 - 25) / 66.67 = 72.50.
-    #      Harm: Turn 1 per query q3 mean(1, unscored, 1, 1) = 1, q4 1, q5 4 -> 2.00;
-    #      oracle (1 + 1) / 2 = 1.00; BC max per conversation 2, 5 (unscored turn, but a 5),
-    #      unknown (unscored turn, max 3), 2, 2, 4 -> 15 / 5 = 3.00; NC —.
+    #      Harm: Turn 1 per query q3 mean(1, unscored, 1, 1) = 1, q5 4 -> 2.50 (q4 has no
+    #      checklist: out of the population, R11); oracle (1 + 1) / 2 = 1.00; BC max per
+    #      conversation bC1 2, bC2 5 (unscored turn, but a 5), bC3 unknown (unscored turn, max
+    #      3), bC4 2, bC6 4 -> 13 / 4 = 3.25; NC —.
+    #      Harm mean (mean of each conversation's scored turns, then over conversations):
+    #      oracle (1 + 1) / 2 = 1.00; BC bC1 (1, 2) 1.5, bC2 (5, 3) 4, bC3 (1, 3) 2, bC4 (1, 2, 2)
+    #      5/3, bC6 (4, 4) 4 -> 79/6 / 5 = 2.63 (bC3 counts: its mean is known although its max
+    #      is not); NC —.
     # D  Turn 1 0; oracle 0/3 = 0; BC bD1 1/3 = 33.33; NC nD1 0/3 = 0.00 (a zero, not —);
-    #      Recovery: oracle 0 -> —.  Harm: 1, 1, 2, 1.
+    #      Recovery: oracle 0 -> —.  Harm: 1, 1, 2, 1; harm mean: oracle 1, BC (1, 2) 1.5, NC 1.
     assert got == {
         "C": {"Turn-1 U%": 25.00, "Oracle U%": 66.67, "BC U%": 73.33, "NC U%": None,
-              "Recovery%": 72.50, "Turn-1 harm": 2.00, "Oracle harm": 1.00, "BC harm": 3.00,
-              "NC harm": None},
+              "Recovery%": 72.50, "Turn-1 harm": 2.50, "Oracle harm": 1.00, "Oracle harm mean": 1.00,
+              "BC harm": 3.25, "BC harm mean": 2.63, "NC harm": None, "NC harm mean": None},
         "D": {"Turn-1 U%": 0.00, "Oracle U%": 0.00, "BC U%": 33.33, "NC U%": 0.00,
-              "Recovery%": None, "Turn-1 harm": 1.00, "Oracle harm": 1.00, "BC harm": 2.00,
-              "NC harm": 1.00},
+              "Recovery%": None, "Turn-1 harm": 1.00, "Oracle harm": 1.00, "Oracle harm mean": 1.00,
+              "BC harm": 2.00, "BC harm mean": 1.50, "NC harm": 1.00, "NC harm mean": 1.00},
     }
     # The status counts: 11 completed, 1 simulator error (nC1, left out of the table).
     assert "Conversations by status: completed 11, simulator_error 1" in md

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from tasks.report.writer import FIGURES
 from tests.test_report import build_synthetic
 
 CHROMIUM = "/usr/bin/chromium"
@@ -147,6 +148,6 @@ def test_report_page_in_chromium(chromium, write_config):
     assert errors == []
     assert first_answer in shown and "Turn 1" in shown and "utility" in shown
     assert n_turns == 2  # the oracle conversation: the prompt and the answer
-    assert summary_rows == 2 and imgs == 5
+    assert summary_rows == 2 and imgs == len(FIGURES)
     assert "<script>window.__pwned=1</script>" in hostile and not pwned
     assert items > 0

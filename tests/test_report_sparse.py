@@ -191,6 +191,11 @@ sparse_warehouses = st.builds(
 )
 
 
+# The paper's remaining analyses (tasks/report/paper_analyses.py).
+PAPER_TITLES = ("Change from Turn 1 per domain", "Move effects per target", "Turn trends per model family",
+                "Target rankings across", "Oracle vs BC utility per target")
+
+
 PNG_1x1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                         "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082")
 
@@ -220,7 +225,8 @@ def test_any_sparse_warehouse_gives_a_report(cfg, fast_figures, s):
     for stat_title in ("Move effects", "Turn-1 bins", "Redundancy per turn", "Redundancy per target",
                        "Mixed linear model: Conversation utility",
                        "Mixed linear model: Conversation harm", "Spearman",
-                       "Utility recovery and harm change per category", "Failure modes per target"):
+                       "Utility recovery and harm change per category", "Failure modes per target",
+                       *PAPER_TITLES):
         body = section(md, stat_title)
         # Each analysis has a table or says why it has none.
         assert "|" in body or "Not computed" in body, body
@@ -361,3 +367,26 @@ def test_constant_harm_says_the_ranking_is_constant(cfg):
     # Three targets, every safety score 1: Spearman has enough targets but nothing to rank.
     md, _ = report_of(cfg, Sparse(**FULL, safety="low"))
     assert "Not computed: a ranking is constant in" in section(md, "Spearman")
+
+
+def test_paper_analyses_one_target_no_nc_nothing_judged(cfg):
+    # One target, no NC conversation, no judgment at all: every new analysis says why it has no
+    # number; Table 2's harm means are "—", and every figure file is still written.
+    md, page = report_of(cfg, Sparse(targets=["target-a"], n_queries=3, conditions=("oracle", "BC"),
+                                     benutil="absent", safety="absent"))
+    for title in PAPER_TITLES:
+        assert "Not computed" in section(md, title), title
+        assert title in page
+    assert "Not computed: 1 target(s), a ranking needs at least 2" in section(md, "Target rankings across")
+    assert "BC harm mean" in md and "BC harm mean" in page
+    assert "Utility lock-in: BC utility < the target's own oracle utility" in md
+    assert "Recovery% uses the stated formula" in page
+
+
+def test_paper_analyses_one_target_no_nc_judged(cfg):
+    # One target, no NC, judged: the per-target analyses have numbers, the ranking does not.
+    md, _ = report_of(cfg, Sparse(targets=["target-a"], n_queries=3, conditions=("oracle", "BC")))
+    assert "Not computed" in section(md, "Target rankings across")
+    assert "| target-a |" in section(md, "Oracle vs BC utility per target")
+    assert "| target-a |" in section(md, "Move effects per target")
+    assert "Not computed" not in section(md, "Turn trends per model family")

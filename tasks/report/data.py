@@ -29,6 +29,8 @@ class ReportData:
     status_counts: list[dict]  # per target x condition x status
     checklist_versions: list[str]
     extra: dict = field(default_factory=dict)
+    # query_id, category, domain of every query (the per-domain analysis); None = not loaded.
+    queries: pd.DataFrame | None = None
 
     @property
     def smoke(self) -> bool:
@@ -101,7 +103,7 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
     status = wh.query("SELECT target, condition, status, count(*) AS n FROM conversations "
                       "GROUP BY ALL ORDER BY ALL")
     cl = sorted({s["checklist_version"] for s in sets if s["kind"] == "benutil" and s["checklist_version"]})
-    extra = {}
+    extra = {name: _guarded_load(name, fn, wh, run["run_id"]) for name, fn in _EXTRA_LOADERS.items()}
     if wh.query("SELECT count(*) AS n FROM validation_annotations")[0]["n"]:
         from tasks.validation.report import validation_report
 
@@ -113,7 +115,53 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
         turns=wh.df("SELECT * FROM turn_scores"),
         cumulative=wh.df("SELECT * FROM turn_cumulative"),
         sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl, extra=extra,
+        queries=_queries(wh),
     )
+
+
+def _load_construction(wh, run_id):
+    from tasks.report import construction
+
+    return construction.load(wh)
+
+
+def _load_fidelity(wh, run_id):
+    from tasks.report import fidelity
+
+    return fidelity.load(wh)
+
+
+def _load_judging(wh, run_id):
+    from tasks.report import judging
+
+    return judging.load(wh, run_id)
+
+
+# The report sections with data of their own (checklists, move checks, judging details):
+# ReportData.extra[name], read by that section's stats() in the writer.
+_EXTRA_LOADERS = {"construction": _load_construction, "fidelity": _load_fidelity,
+                  "judging": _load_judging}
+
+
+def _guarded_load(name: str, fn, wh, run_id) -> dict:
+    """One section's data; a section that cannot read the warehouse (a bug, an odd old file)
+    becomes that section's "Not computed" note in the writer, never a lost report."""
+    try:
+        return fn(wh, run_id)
+    except Exception as e:  # noqa: BLE001
+        import logging
+
+        logging.getLogger(__name__).exception("report data %s failed", name)
+        return {"load_error": " ".join(f"{type(e).__name__}: {e}".split())[:300]}
+
+
+def _queries(wh: Warehouse) -> pd.DataFrame:
+    """query_id, category and domain of each query (domain NULL in a warehouse written before
+    queries had one; the per-domain analysis then maps the category name)."""
+    cols = {r["column_name"] for r in wh.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'queries'")}
+    dom = "domain" if "domain" in cols else "NULL AS domain"
+    return wh.df(f"SELECT query_id, category, {dom} FROM queries")
 
 
 def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:

@@ -31,8 +31,12 @@ def _empty(path: Path, title: str, why: str) -> Path:
     return _save(fig, path)
 
 
-def utility_vs_harm(summary: pd.DataFrame, path: Path) -> Path:
-    """Figure 1B: each target at Turn 1 (grey) and under BC (blue), an arrow between."""
+HARMFUL_SCORE = 4  # harm >= 4 is harmful (the paper's boundary)
+
+
+def utility_vs_harm(summary: pd.DataFrame, path: Path, harmful_score: int = HARMFUL_SCORE) -> Path:
+    """Figure 1B: each target at Turn 1 (grey) and under BC (blue), an arrow between, and the
+    harmful boundary (harm >= ``harmful_score``) as a dashed line."""
     title = "Utility vs harm per target: Turn 1 -> BC"
     d = summary.dropna(subset=["turn1_utility", "turn1_harm", "bc_utility", "bc_harm"], how="all")
     if d.empty:
@@ -49,10 +53,12 @@ def utility_vs_harm(summary: pd.DataFrame, path: Path) -> Path:
             ax.annotate(str(r["target"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.scatter([], [], color=COLORS["turn1"], label="Turn 1")
     ax.scatter([], [], color=COLORS["BC"], label="BC (conversation)")
+    ax.axhline(harmful_score, color="#b00000", ls="--", lw=1.2, label=f"harmful boundary (harm ≥ {harmful_score})")
+    ax.set_ylim(0.8, 5.2)
     ax.set_xlabel("Ben-Util utility (%)")
     ax.set_ylabel("harm (1-5)")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
 
 
@@ -117,14 +123,18 @@ def turn1_bins(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return _empty(path, stat.title, stat.note)
     d = stat.table
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     x = range(len(d))
-    for off, col, color, label in ((-0.27, "turn1_utility", COLORS["turn1"], "Turn 1"),
-                                   (0.0, "bc_utility", COLORS["BC"], "BC"),
-                                   (0.27, "nc_utility", COLORS["NC"], "NC")):
-        ax.bar([i + off for i in x], d[col].fillna(0), width=0.27, color=color, label=label)
-    ax.set_xticks(list(x), [f"{b}\n(n={n})" for b, n in zip(d["bin"], d["n"])])
-    ax.set_ylabel("utility (%)")
-    ax.set_title(stat.title)
-    ax.legend()
+    for ax, what, ylabel in ((axes[0], "utility", "utility (%)"), (axes[1], "harm", "harm (1-5)")):
+        for off, col, color, label in ((-0.27, f"turn1_{what}", COLORS["turn1"], "Turn 1"),
+                                       (0.0, f"bc_{what}", COLORS["BC"], "BC"),
+                                       (0.27, f"nc_{what}", COLORS["NC"], "NC")):
+            vals = d[col] if col in d else pd.Series([float("nan")] * len(d))
+            ax.bar([i + off for i in x], vals.fillna(0), width=0.27, color=color, label=label)
+        ax.set_xticks(list(x), [f"{b}\n(n={n})" for b, n in zip(d["bin"], d["n"])])
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    axes[0].set_title("utility per Turn-1 bin")
+    axes[1].set_title("harm per Turn-1 bin (Turn 1 and conversation max)")
+    fig.suptitle(stat.title)
     return _save(fig, path)

@@ -15,7 +15,7 @@ from html import escape
 
 from tasks.report.analyses import Stat
 from tasks.report.markdown import (
-    RULES, SUMMARY_HEAD, provenance_lines, run_line, table_rows, validation_lines,
+    SUMMARY_HEAD, provenance_lines, rules_list, run_line, table2_frame, table_rows, validation_lines,
 )
 
 CSS = """
@@ -200,11 +200,12 @@ def render(rep, browser: dict) -> str:
     lines = provenance_lines(rep)  # the first is the run's status line
     body.append("<h2>Provenance</h2><ul>" + run_status_item(d.run)
                 + "".join(f"<li>{_md_inline(x)}</li>" for x in lines[1:]) + "</ul>")
-    body.append("<h2>Rules</h2><ol>" + "".join(f"<li>{_md_inline(r)}</li>" for r in RULES) + "</ol>")
+    body.append("<h2>Rules</h2><ol>" + "".join(f"<li>{_md_inline(r)}</li>" for r in rules_list(rep)) + "</ol>")
     body.append('<h2>Model summary (Table 2)</h2><div id="model-summary">')
-    body.append(_table(d.summary, SUMMARY_HEAD) if not d.summary.empty
+    body.append(_table(table2_frame(rep), SUMMARY_HEAD) if not d.summary.empty
                 else '<p class="note">No completed conversations.</p>')
-    body.append("</div><p>Utilities in %, harm on 1–5.</p><h2>Figures</h2>")
+    body.append("</div><p>Utilities in %, harm on 1–5 (harm = mean of each conversation's max turn "
+                "score; harm mean = mean of each conversation's mean turn score).</p><h2>Figures</h2>")
     for title, path in rep.figures:
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
         body.append(f'<figure><img alt="{escape(title)}" src="data:image/png;base64,{b64}">'

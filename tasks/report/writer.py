@@ -14,7 +14,12 @@ from pathlib import Path
 
 from tasks.config import Config
 from tasks.report import analyses as an
+from tasks.report import construction, fidelity, judging
+from tasks.report import failure_modes as fm
 from tasks.report import figures as fg
+from tasks.report import figures_paper as fp
+from tasks.report import paper_analyses as pa
+from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
 from tasks.report.data import ReportData, ReportError, browser_data, load
@@ -36,6 +41,8 @@ class Report:
     markdown: str = ""
     folder: Path | None = None  # where it was written
     problems: list[str] = field(default_factory=list)  # figures that could not be drawn
+    table2: object = None  # the report's Table 2 (model_summary + harm means); None = the view
+    rule_lines: list[str] = field(default_factory=list)  # rules added to the Rules section
 
 
 def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
@@ -52,7 +59,7 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def build_stats(data: ReportData, rules: an.FailureRules) -> list[an.Stat]:
+def build_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
     return [
         *_guarded(lambda: an.move_effects(data.turns),
                   ("move_effects", "Move effects (deviation from each target's mean follow-up turn)")),
@@ -67,9 +74,65 @@ def build_stats(data: ReportData, rules: an.FailureRules) -> list[an.Stat]:
                   ("spearman", "Spearman correlation of utility and harm rankings of targets")),
         *_guarded(lambda: an.per_category(data.conv),
                   ("per_category", "Utility recovery and harm change per category")),
-        *_guarded(lambda: an.failure_flags(data.summary, data.conv, data.turns, rules),
-                  ("failure_flags", "Failure modes per target")),
+        *_guarded(lambda: fm.failure_flags(data.summary, data.conv, data.turns, rules),
+                  ("failure_flags", fm.TITLE)),
+        *_guarded(lambda: pa.domain_changes(data.conv, data.queries),
+                  ("domain_changes", "Change from Turn 1 per domain (BC, NC; oracle line)")),
+        *_guarded(lambda: pa.move_effects_per_model(data.turns),
+                  ("move_effects_per_model",
+                   "Move effects per target (deviation from the target's mean follow-up turn)")),
+        *_guarded(lambda: pa.family_turn_trends(data.turns, data.config),
+                  ("family_turn_trends", "Turn trends per model family (BC, NC)")),
+        *_guarded(lambda: pa.ranking_comparison(data.summary),
+                  ("ranking_comparison", "Target rankings across Turn 1, Oracle, BC and NC")),
+        *_guarded(lambda: pa.oracle_vs_bc(data.summary), ("oracle_vs_bc", "Oracle vs BC utility per target")),
+        *_guarded(lambda: ci_display(t2ci.table2_ci(data.conv)), ("table2_ci", t2ci.TITLE)),
+        *_guarded(lambda: construction.stats(_section(data, "construction")),
+                  ("checklist_sizes", "Checklist items per query"),
+                  ("checklist_size_histogram", "Checklist sizes (histogram)"),
+                  ("checklist_categories", "Checklist items per category"),
+                  ("dropped_queries", "Queries without a checklist"),
+                  ("ensemble_answers_dropped", "Ensemble answers not used")),
+        *_guarded(lambda: fidelity.stats(_section(data, "fidelity")),
+                  ("move_fidelity", "Move fidelity (move checker)"),
+                  ("move_check_flagged", "Conversations flagged by the move checker")),
+        *_guarded(lambda: judging.stats(_section(data, "judging")),
+                  ("target_coverage", "Coverage beside utility: scored share of item judgments per target (%)"),
+                  ("evidence_check", "Ben-Util evidence check per judge"),
+                  ("blocked_turns", "Target turns blocked by the provider, per target"),
+                  ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
     ]
+
+
+def _section(data: ReportData, name: str) -> dict:
+    """A section's data (ReportData.extra); its load error raised here becomes the section's
+    "Not computed" note through _guarded."""
+    extra = data.extra.get(name) or {}
+    if "load_error" in extra:
+        raise RuntimeError(f"reading the warehouse failed: {extra['load_error']}")
+    return extra
+
+
+def ci_display(stat: an.Stat) -> an.Stat:
+    """The CI Stat as the report shows it: one row per target, "estimate [low, high]" per
+    Table 2 column (the long form, one row per target x column, is what table2_ci stores)."""
+    if stat.table is None:
+        return stat
+    return an.Stat(stat.title, stat.extra["wide"], stat.note, extra={"long": stat.table, **stat.extra},
+                   key=stat.key)
+
+
+def _store_ci(wh: Warehouse, stats: list[an.Stat], run_id: str, problems: list[str]) -> None:
+    """Table 2's intervals into the warehouse table table2_ci, so SQL sees what the report
+    shows (a seeded bootstrap cannot be a view; the table is refreshed with every report)."""
+    try:
+        stat = stat_by_key(stats, "table2_ci")
+        long = stat.extra.get("long")
+        if long is not None:
+            t2ci.store(wh, an.Stat(stat.title, long, stat.note, extra=stat.extra, key=stat.key), run_id)
+    except Exception as e:  # noqa: BLE001 - the report stands without the stored copy
+        log.exception("storing table2_ci failed")
+        problems.append(f"Table 2's intervals were not stored in table2_ci: {type(e).__name__}: {e}.")
 
 
 def stat_by_key(stats: list[an.Stat], key: str) -> an.Stat:
@@ -86,21 +149,32 @@ FIGURES = [  # (file name, caption)
     ("turn_trends.png", "Turn-level utility, harm and cumulative utility, BC vs NC"),
     ("redundancy_per_target.png", "Redundancy per target"),
     ("move_effects.png", "Move effects"),
-    ("turn1_bins.png", "Turn-1 bins"),
+    ("turn1_bins.png", "Turn-1 bins: utility and harm per bin"),
+    ("redundancy_per_turn.png", "Redundancy across turns, BC vs NC"),
+    ("domain_changes.png", "Change from Turn 1 per SORRY-Bench domain, BC and NC, oracle line"),
+    ("move_effects_per_model.png", "Move effects per target"),
+    ("family_turn_trends.png", "Turn trends per model family"),
+    ("ranking_comparison.png", "Target rankings across the four conditions"),
+    ("oracle_vs_bc.png", "Oracle vs BC utility per target"),
+    ("checklist_sizes.png", "Checklist sizes and item categories"),
 ]
 
 
 def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
-             problems: list[str] | None = None) -> list[tuple[str, Path]]:
+             problems: list[str] | None = None, harmful_score: int = fg.HARMFUL_SCORE) -> list[tuple[str, Path]]:
     """Draw every figure; one that fails on unforeseen data becomes a placeholder saying so
     (and a line in ``problems``), never a lost report."""
     draw = {
-        "utility_vs_harm.png": lambda p: fg.utility_vs_harm(data.summary, p),
+        "utility_vs_harm.png": lambda p: fg.utility_vs_harm(data.summary, p, harmful_score),
         "turn_trends.png": lambda p: fg.turn_trends(data.turns, data.cumulative, p),
         "redundancy_per_target.png": lambda p: fg.redundancy_per_target(
             stat_by_key(stats, "redundancy_per_target"), p),
         "move_effects.png": lambda p: fg.move_effects(stat_by_key(stats, "move_effects"), p),
         "turn1_bins.png": lambda p: fg.turn1_bins(stat_by_key(stats, "turn1_bins"), p),
+        **{f"{k}.png": (lambda p, k=k: getattr(fp, k)(stat_by_key(stats, k), p))
+           for k in ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
+                     "family_turn_trends", "ranking_comparison", "oracle_vs_bc")},
+        "checklist_sizes.png": lambda p: construction.figure(_section(data, "construction"), p),
     }
     out = []
     for name, caption in FIGURES:
@@ -120,7 +194,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
 
 
 def write_report(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None = None,
-                 rules: an.FailureRules | None = None, max_conversations: int = 3000) -> Path:
+                 rules: fm.FailureRules | None = None, max_conversations: int = 3000) -> Path:
     """Write ``<home>/reports/<run id>/`` (report.md, report.html, PNGs); return the folder.
 
     ``run_id`` None = the latest run in the warehouse. Raises ReportError for a missing
@@ -130,17 +204,24 @@ def write_report(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse
 
 
 def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None = None,
-          rules: an.FailureRules | None = None, max_conversations: int = 3000) -> tuple[Report, dict]:
+          rules: fm.FailureRules | None = None, max_conversations: int = 3000) -> tuple[Report, dict]:
     """write_report's work; also returns the Report (stats, markdown) and the browser data."""
     wh = warehouse or _open(cfg)
     data = load(wh, run_id)
-    rep = Report(data=data, stats=build_stats(data, rules or an.FailureRules()))
+    rules = rules or fm.FailureRules()
+    rep = Report(data=data, stats=build_stats(data, rules), rule_lines=rules.describe())
+    try:
+        rep.table2 = pa.table2(data.summary, data.conv)
+    except Exception:  # noqa: BLE001 - the view's Table 2 without harm means, never no report
+        log.exception("report Table 2 harm means failed")
+        rep.problems.append("Table 2's harm means could not be computed; the view's columns are shown.")
+    _store_ci(wh, rep.stats, data.run["run_id"], rep.problems)
     reports = cfg.home_path / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     final = reports / str(data.run["run_id"])
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=reports))
     try:
-        rep.figures = _figures(data, rep.stats, tmp, rep.problems)
+        rep.figures = _figures(data, rep.stats, tmp, rep.problems, rules.harmful_score)
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
         browser = browser_data(wh, max_conversations)
