@@ -101,7 +101,7 @@ MUTANTS = [
       "min(CASE WHEN fulfilled OR fulfilled IS NULL THEN model_turn END)",
       "R5: an item unscored earlier counts as already fulfilled"),
     M("incomplete_conversations_included", VIEWS,
-      "WHERE c.status = 'completed';", ";",
+      "WHERE c.status = 'completed'\n  AND c.query_id IN", "WHERE c.query_id IN",
       "R6: conversations that did not complete enter conversation_scores"),
     M("turn1_per_conversation", VIEWS,
       "SELECT target, query_id, avg(turn1_utility) AS u1, avg(turn1_harm) AS h1\n"
