@@ -102,8 +102,9 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         f"({sim['roles']['targets']['without_sharing'] + sim['roles']['user_simulator']['without_sharing']} "
         f"without sharing → {sim['roles']['targets']['with_sharing'] + sim['roles']['user_simulator']['with_sharing']} with).",
         f"Ben-Util judgments assume {mean_items:.1f} items per checklist ({items_note}).",
-        "wildguard and decomposer counts assume no answer is dropped (upper bounds); "
-        "tokens are rough per-role estimates.",
+        "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
+        "that every query keeps its checklist (only checklisted queries are simulated): upper "
+        "bounds; tokens are rough per-role estimates.",
         f"estimated cost of priced models: ${sum(priced):.2f}" + (
             "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else ""),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
