@@ -315,6 +315,9 @@ def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out,
     ctx = RunContext(run_id="props", config=cfg, warehouse=wh, stages=["judge"])
     # A fresh cache per example: a valid answer cached by an earlier example must not stand in.
     ctx._gateway = Gateway(Path(tempfile.mkdtemp(dir=d)), "props", cfg.gateway)
+    # Nor its stored batch: every example judges the same conversations into the same sets, so
+    # an earlier fully judged batch would be taken as done and its rows checked instead.
+    wh.query("DELETE FROM judged_batches")
     try:
         plan = plan_judging(ctx, [QID])
         write_sets(wh, plan.set_rows)
