@@ -15,18 +15,23 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.checklists import checklists_flow
+from flows.episodes import episodes_flow
 from flows.judge import judge_flow
 from flows.report import republish_report, report_flow
 from flows.simulate import simulate_flow
+from flows.verdicts import verdicts_flow
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
 
 __all__ = ["STAGE_FLOWS", "StageFailed", "carryon"]
 
+# Every stage of every engine; a run's config names its benchmark, whose spec lists its stages.
 STAGE_FLOWS = {
     "checklists": checklists_flow,
     "simulate": simulate_flow,
     "judge": judge_flow,
+    "episodes": episodes_flow,
+    "verdicts": verdicts_flow,
     "report": report_flow,
 }
 

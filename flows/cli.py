@@ -96,7 +96,7 @@ def run(config: str = ConfigOpt,
 
     try:  # validate before Prefect starts (its server costs seconds)
         cfg = load_config(config)
-        preflight(cfg, parse_stages(stages), limit)
+        preflight(cfg, parse_stages(stages, cfg.spec.stages), limit)
     except ConfigError as e:
         _fail(str(e))
     from tasks.ephemeral import TemporaryServerError, start_temporary_server

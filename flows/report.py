@@ -46,6 +46,20 @@ def write_report_task(run_id: str) -> dict:
             "conversations": len(rep.data.conv), "browser_conversations": len(browser["conversations"])}
 
 
+@task(name="write-episode-report")
+def write_episode_report_task(run_id: str) -> dict:
+    """The report of an episode benchmark (a sister benchmark): report.md and its artifact."""
+    from tasks.report.episodes import write
+
+    ctx = get_run(run_id)
+    folder, markdown = write(ctx.config, ctx.warehouse, run_id)
+    create_markdown_artifact(markdown, key=f"{artifact_key(run_id)}-report",
+                             description=f"{ctx.config.spec.title} report, run {run_id}")
+    return {"report": str(folder)}
+
+
 @flow(name="report")
 async def report_flow(run_id: str) -> dict:
+    if get_run(run_id).config.spec.engine == "episodes":
+        return write_episode_report_task(run_id)
     return write_report_task(run_id)

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator,
+)
+
+from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
+from tasks.roles import CARRYON_ROLES, ROLE_TABLE, ROLES, benchmark_roles
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
 PAPER_EXCLUDED_CATEGORIES = [
@@ -123,7 +128,8 @@ class ModelSpec:
 
 
 class DatasetConfig(_Strict):
-    source: Literal["sample", "casebench", "sorrybench"] = "sample"
+    # The benchmark's spec lists what it may be (CarryOnBench: sample, casebench, sorrybench).
+    source: str = "sample"
     path: str | None = None
     limit: int | None = Field(None, gt=0)
     # Names (canonical or as CASE-Bench spells them) or SORRY-Bench ids 1..45.
@@ -190,22 +196,25 @@ class GatewayConfig(_Strict):
     max_connection_failures: int = Field(3, ge=1, le=10_000)
 
 
-class ModelsConfig(_Strict):
-    defaults: ModelEntry = Field(default_factory=ModelEntry)
-    targets: list[ModelEntry] = Field(default_factory=list)
-    user_simulator: ModelEntry | None = None
-    move_checker: ModelEntry | None = None  # optional: judges every simulated user turn
-    intent_rewriter: ModelEntry | None = None
-    ensemble: list[ModelEntry] = Field(default_factory=list)
-    wildguard: ModelEntry | None = None
-    decomposer: ModelEntry | None = None
-    merger: ModelEntry | None = None
-    misuse_filter: ModelEntry | None = None
-    benutil_judge: ModelEntry | list[ModelEntry] | None = None
-    safety_judge: ModelEntry | list[ModelEntry] | None = None
+def _role_field(r):
+    # A role's config shape comes from the role table (tasks/roles.py).
+    if r.shape == "list":
+        return (list[ModelEntry], Field(default_factory=list))
+    if r.shape == "either":
+        return (ModelEntry | list[ModelEntry] | None, None)
+    return (ModelEntry | None, None)
+
+
+# models.<role> for every role of the table, plus the defaults every entry inherits.
+ModelsConfig = create_model(
+    "ModelsConfig", __base__=_Strict,
+    defaults=(ModelEntry, Field(default_factory=ModelEntry)),
+    **{r.name: _role_field(r) for r in ROLE_TABLE})
 
 
 class Config(_Strict):
+    # The benchmark this config runs: a spec in specs/ by name, or a path to a spec YAML.
+    benchmark: str = DEFAULT_BENCHMARK
     home: str = ".carryon"
     # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):
     # workers on one machine can share one; see docs/deploy.md for several machines.
@@ -220,6 +229,14 @@ class Config(_Strict):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     # Filled by load_config, never by the user.
     source_path: str | None = Field(None, exclude=True)
+
+    @property
+    def spec(self):
+        """The benchmark's spec (tasks/bench.py)."""
+        try:
+            return load_spec(self.benchmark)
+        except SpecError as e:
+            raise ConfigError(f"{self.source_path or 'config'}: benchmark: {e}") from None
 
     # ----- resolved views -------------------------------------------------------------------
     @property
@@ -282,16 +299,19 @@ class Config(_Strict):
         )
 
     def config_hash(self) -> str:
-        """Hash of what the user configured (never secrets: keys live in the environment)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Hash of what the user configured (never secrets: keys live in the environment).
+        Keys added with the sister benchmarks are left out while unset, so a CarryOnBench
+        config keeps the hash (and the run ids) it had before they existed."""
+        doc = self.model_dump(mode="json")
+        if doc.get("benchmark") == DEFAULT_BENCHMARK:
+            del doc["benchmark"]
+        for name in set(ROLES) - set(CARRYON_ROLES):
+            if doc["models"].get(name) is None:
+                doc["models"].pop(name, None)
+        blob = json.dumps(doc, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# Every model role, in pipeline order.
-ROLES = [
-    "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
-    "targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge",
-]
 
 
 _UNION_MEMBERS = {"str", "int", "float", "bool", "ModelEntry", "list[ModelEntry]", "function-after"}
@@ -345,6 +365,7 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{_got(first)}"
                           f"{more}") from None
     cfg.source_path = str(path)
+    _check_benchmark(cfg, path)
     names = [s.name for s in cfg.role_specs("targets")]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -352,6 +373,19 @@ def load_config(path: str | Path) -> Config:
     for role in ROLES:  # resolve everything now so a missing model string fails early
         cfg.role_specs(role)
     return cfg
+
+
+def _check_benchmark(cfg: Config, path: Path) -> None:
+    """The config fits its benchmark: a source the spec allows, only the spec's roles."""
+    spec = cfg.spec
+    if cfg.dataset.source not in spec.sources:
+        raise ConfigError(f"{path}: dataset.source: {cfg.dataset.source!r} is not a source of "
+                          f"benchmark {spec.name}; choose from {', '.join(spec.sources)}")
+    allowed = benchmark_roles(spec.name)
+    for name in ROLES:
+        if name not in allowed and getattr(cfg.models, name) not in (None, []):
+            raise ConfigError(f"{path}: models.{name}: not a role of benchmark {spec.name} "
+                              f"(its roles: {', '.join(allowed)})")
 
 
 # The embedded local model (`carryon local-model`) is served under "openai/local-<name>"; a run

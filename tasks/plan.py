@@ -11,19 +11,15 @@ costs come from litellm's local price map and are blank for models it does not p
 from __future__ import annotations
 
 from tasks.config import Config
+from tasks.roles import ROLE_TABLE, ROLES
 from tasks.data import select_queries
 from tasks.simulate import plan_calls
 
 PAPER_MEAN_ITEMS = 18
 
-# Rough tokens per call (prompt, completion) by role, before the answers' own lengths.
-_BASE_TOKENS = {
-    "intent_rewriter": (300, 80), "ensemble": (230, None), "wildguard": (250, 20),
-    "decomposer": (550, 500), "merger": (450, 1000), "misuse_filter": (800, 600),
-    "targets": (150, None), "user_simulator": (500, 60), "move_checker": (650, 120),
-    "benutil_judge": (350, 40),
-    "safety_judge": (450, 40),
-}
+# Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
+# role table's (tasks/roles.py).
+_BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
 
 
 def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
@@ -53,6 +49,11 @@ def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | Non
 
 
 def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    if cfg.spec.engine == "episodes":
+        from tasks.engine.plan import make_plan as episode_plan
+
+        rows, notes = episode_plan(cfg, limit, _cost)
+        return rows, notes + reasoning_warnings(cfg)
     queries = select_queries(cfg, limit)
     q = len(queries)
     ens = cfg.role_specs("ensemble")
@@ -125,8 +126,6 @@ MIN_ANSWER_TOKENS = 256
 def reasoning_warnings(cfg: Config) -> list[str]:
     """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
     answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
-    from tasks.config import ROLES
-
     out = []
     for role in ROLES:
         for spec in cfg.role_specs(role):

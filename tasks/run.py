@@ -18,22 +18,19 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tasks.bench import CARRYON_STAGES, EPISODE_STAGES
 from tasks.config import Config, ConfigError, check_secrets, load_config
+from tasks.roles import optional_roles, stage_roles
 from warehouse import Warehouse
 from warehouse.schema import Run
 
-STAGES = ["checklists", "simulate", "judge", "report"]
+STAGES = list(CARRYON_STAGES)  # CarryOnBench's; a config's spec gives its own (cfg.spec.stages)
 
-# The model roles each stage calls (for pre-flight checks and ``carryon plan``).
-STAGE_ROLES = {
-    "checklists": ["intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter"],
-    "simulate": ["intent_rewriter", "targets", "user_simulator", "move_checker"],
-    "judge": ["benutil_judge", "safety_judge"],
-    "report": [],
-}
+# The model roles each stage calls (for pre-flight checks and ``carryon plan``): the role table.
+STAGE_ROLES = {s: stage_roles(s) for s in [*CARRYON_STAGES, *EPISODE_STAGES]}
 # Roles a stage calls only when configured (pre-flight checks their keys and servers, but
 # does not require them).
-OPTIONAL_ROLES = {"move_checker"}
+OPTIONAL_ROLES = optional_roles()
 
 # Packages whose versions shape results, recorded with every run.
 PROVENANCE_PACKAGES = ["carryonbench", "litellm", "prefect", "duckdb", "sqlmodel", "pydantic",
@@ -88,14 +85,16 @@ def get_run(run_id: str) -> RunContext:
         raise RuntimeError(f"run {run_id} is not open in this process") from None
 
 
-def parse_stages(stages: str | list[str] | None) -> list[str]:
+def parse_stages(stages: str | list[str] | None, known: list[str] | None = None) -> list[str]:
+    """The selected stages in pipeline order; ``known`` = the benchmark's stages."""
+    known = list(known or STAGES)
     if stages in (None, "", "all"):
-        return list(STAGES)
+        return known
     names = [s.strip() for s in (stages.split(",") if isinstance(stages, str) else stages) if s.strip()]
-    unknown = [s for s in names if s not in STAGES]
+    unknown = [s for s in names if s not in known]
     if unknown:
-        raise ConfigError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
-    return [s for s in STAGES if s in names]  # pipeline order whatever the user's order
+        raise ConfigError(f"unknown stage(s) {unknown}; choose from {', '.join(known)}")
+    return [s for s in known if s in names]  # pipeline order whatever the user's order
 
 
 def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
@@ -113,10 +112,15 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
 
 def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     check_folders(cfg)
+    # A bad dataset file fails here, naming file, row and field.
     if any(s in stages for s in ("checklists", "simulate", "judge")):
         from tasks.data import select_queries
 
-        select_queries(cfg, limit)  # a bad dataset file fails here, naming file, row and field
+        select_queries(cfg, limit)
+    if any(s in stages for s in ("episodes", "verdicts")):
+        from tasks.engine.items import select_items
+
+        select_items(cfg, limit)
     roles = sorted({r for s in stages for r in STAGE_ROLES[s]})
     for role in roles:
         if not cfg.role_specs(role) and role not in OPTIONAL_ROLES:
@@ -208,7 +212,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
              shard_count: int = 1, check: bool = True) -> RunContext:
     """Validate everything, then record the run. Raises ConfigError before writing anything."""
     cfg = load_config(config_path)
-    selected = parse_stages(stages)
+    selected = parse_stages(stages, cfg.spec.stages)
     if limit is not None and limit <= 0:
         raise ConfigError("--limit must be a positive number of queries")
     if shard_count < 1 or not 0 <= shard_index < shard_count:

@@ -296,14 +296,14 @@ class LLMServer:
         self.port = site._server.sockets[0].getsockname()[1]
         return self.port
 
-    def start(self) -> "LLMServer":
-        """Serve from a background thread (for in-process tests)."""
+    def start(self, port: int = 0) -> "LLMServer":
+        """Serve from a background thread (for in-process tests); port 0 = any free port."""
         ready = threading.Event()
 
         def run():
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self.serve())
+            self._loop.run_until_complete(self.serve(port=port))
             ready.set()
             self._loop.run_forever()
 

@@ -3,8 +3,9 @@
 SQLModel classes (``warehouse.schema``) define the tables; rows are written in bulk through
 DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one transaction, with
 ``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather than duplicates.
-Metric views live in ``views.sql`` beside this file, so ad-hoc SQL and the report read the
-same numbers.
+Metric views live in ``views.sql`` (CarryOnBench), ``views_engine.sql`` (the episode engine)
+and ``views_<benchmark>.sql`` (each sister benchmark) beside this file, so ad-hoc SQL and the
+report read the same numbers.
 
 DuckDB allows one writing process per file; the file is attached per operation and a lock
 held by another process is waited for (bounded), so two runs can take turns.
@@ -25,6 +26,15 @@ from sqlmodel import SQLModel
 import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
 
 VIEWS_SQL = Path(__file__).with_name("views.sql")
+
+
+def view_files() -> list[Path]:
+    """CarryOnBench's views, the episode engine's, then each sister benchmark's
+    (``views_<benchmark>.sql``), in that order: a benchmark's views may read the engine's."""
+    here = VIEWS_SQL.parent
+    engine = here / "views_engine.sql"
+    rest = sorted(p for p in here.glob("views_*.sql") if p != engine)
+    return [p for p in (VIEWS_SQL, engine, *rest) if p.exists()]
 _LOCK_WAIT_S = 60.0
 _ALIAS = "wh"
 
@@ -107,8 +117,8 @@ class Warehouse:
                     con.execute(ddl)
                 for ddl in _add_missing_columns(con):
                     con.execute(ddl)
-                if VIEWS_SQL.exists():
-                    con.execute(VIEWS_SQL.read_text())
+                for views in view_files():
+                    con.execute(views.read_text())
                 con.execute("COMMIT")
             except Exception:
                 con.execute("ROLLBACK")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tasks.roles import CARRYON, report_roles
 from warehouse import Warehouse
 
 
@@ -49,7 +50,7 @@ class ReportData:
         out: dict[str, list[str]] = {}
         models = self.config.get("models") if isinstance(self.config, dict) else None
         models = models if isinstance(models, dict) else {}
-        for role in ("targets", "user_simulator", "benutil_judge", "safety_judge"):
+        for role in report_roles(CARRYON):  # the role table's (tasks/roles.py)
             v = models.get(role)
             entries = v if isinstance(v, list) else ([v] if v else [])
             # A hand-written or older runs row may hold a bare model string.

@@ -4,6 +4,7 @@ from warehouse.schema.checklists import (
     Checklist, ChecklistItem, ChecklistQuery, DecomposedItem, EnsembleAnswer, GuardVerdict,
     Intent, MergedItem, Query,
 )
+from warehouse.schema.engine import BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet
 from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
@@ -15,6 +16,7 @@ from warehouse.schema.validation import (
 )
 
 __all__ = [
+    "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet",
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMCall",

@@ -1,0 +1,79 @@
+"""The episode engine's first stage (sister benchmarks) as a Prefect subflow: store the
+run's items, then play every (item, condition, target) episode the spec defines.
+
+One Prefect task per batch of whole items; a few batches run at once and the gateway bounds
+the calls inside them. A stage whose every episode failed on a call error raises StageFailed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.engine.episode import plan_episodes, play_batch, summary_json
+from tasks.engine.items import run_items, store_items
+from tasks.progress import Progress
+from tasks.run import get_run
+from tasks.stage_errors import StageFailed, all_failed, every
+
+BATCH_EPISODES = 64
+BATCHES_IN_FLIGHT = 4
+
+
+def run_work(ctx) -> tuple[list, dict, list]:
+    """The run's items, its episodes (item, condition, target) and the skipped conditions."""
+    items = run_items(ctx)
+    work, skipped = plan_episodes(ctx.config.spec, items, ctx.config.role_specs("targets"))
+    return items, work, skipped
+
+
+def batches(work: list, size: int) -> list[list]:
+    """Episodes in batches of whole items (at least ``size`` each, except the last)."""
+    out, cur, last = [], [], None
+    for w in work:
+        if w[0].item_id != last and len(cur) >= size:
+            out.append(cur)
+            cur = []
+        cur.append(w)
+        last = w[0].item_id
+    if cur:
+        out.append(cur)
+    return out
+
+
+@task(name="episode-batch", cache_policy=NO_CACHE, persist_result=False)
+async def episode_batch_task(run_id: str, index: int, size: int) -> dict:
+    ctx = get_run(run_id)
+    _, work, _ = run_work(ctx)
+    return await play_batch(ctx, ctx.config.spec, batches(work, size)[index])
+
+
+@flow(name="episodes")
+async def episodes_flow(run_id: str) -> dict:
+    ctx = get_run(run_id)
+    spec = ctx.config.spec
+    items, work, skipped = run_work(ctx)
+    store_items(ctx.warehouse, spec.name, items, ctx.run_id)
+    parts = batches(work, BATCH_EPISODES)
+    progress = Progress("episodes", len(work), unit="episodes")
+    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+
+    async def one(i: int) -> dict:
+        async with gate:
+            out = await episode_batch_task(run_id, i, BATCH_EPISODES)
+            ctx.flush_calls()
+            progress.advance(len(parts[i]))
+            return out
+
+    results = await asyncio.gather(*(one(i) for i in range(len(parts))))
+    progress.close()
+    summary = {"items": len(items), **summary_json(results),
+               "conditions_skipped": skipped}
+    errors = [e for r in results for e in r["errors"]]
+    line = all_failed(len(work), summary["status"].get("completed", 0), errors,
+                      f"{every(len(work), 'episode', 'episodes')} failed")
+    if line:
+        raise StageFailed("episodes", line, summary)
+    return summary

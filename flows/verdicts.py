@@ -1,0 +1,66 @@
+"""The episode engine's judging stage as a Prefect subflow: the spec's judges over the run's
+stored episodes (``carryon run --stages verdicts`` re-judges without regenerating)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.episodes import run_work
+from tasks.engine.episode import episode_id
+from tasks.engine.verdicts import judge_batch, merge, set_rows, spec_judges
+from tasks.progress import Progress
+from tasks.run import get_run
+from tasks.stage_errors import StageFailed, all_failed, every
+
+BATCH_EPISODES = 64
+BATCHES_IN_FLIGHT = 4
+
+
+def run_episode_ids(ctx) -> list[str]:
+    """The run's episodes that are stored (played by this or an earlier run)."""
+    spec = ctx.config.spec
+    _, work, _ = run_work(ctx)
+    ids = [episode_id(spec.name, t.name, item.item_id, c.name) for item, c, t in work]
+    stored = {r["episode_id"] for r in ctx.warehouse.query(
+        "SELECT episode_id FROM episodes WHERE list_contains(?, episode_id)", [ids])}
+    return [i for i in ids if i in stored]
+
+
+@task(name="verdict-batch", cache_policy=NO_CACHE, persist_result=False)
+async def verdict_batch_task(run_id: str, episode_ids: list[str]) -> dict:
+    ctx = get_run(run_id)
+    judges, _ = spec_judges(ctx.config)
+    return await judge_batch(ctx, judges, episode_ids)
+
+
+@flow(name="verdicts")
+async def verdicts_flow(run_id: str) -> dict:
+    ctx = get_run(run_id)
+    judges, skipped = spec_judges(ctx.config)
+    ctx.warehouse.write("verdict_sets", set_rows(ctx, judges))
+    ids = run_episode_ids(ctx)
+    parts = [ids[i:i + BATCH_EPISODES] for i in range(0, len(ids), BATCH_EPISODES)]
+    progress = Progress("verdicts", len(ids), unit="episodes")
+    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+
+    async def one(part: list[str]) -> dict:
+        async with gate:
+            out = await verdict_batch_task(run_id, part)
+            ctx.flush_calls()
+            progress.advance(len(part))
+            return out
+
+    results = await asyncio.gather(*(one(p) for p in parts))
+    progress.close()
+    summary = {**merge(results), "judges": [j.kind for j, _ in judges],
+               "judges_skipped": skipped}
+    errors = [e for r in results for e in r["errors"]]
+    if summary["calls"]:
+        line = all_failed(summary["calls"], summary["calls"] - summary["failed_calls"], errors,
+                          f"{every(summary['calls'], 'judge call', 'judge calls')} failed")
+        if line:
+            raise StageFailed("verdicts", line, summary)
+    return summary

@@ -1,0 +1,156 @@
+"""A benchmark is a spec: one YAML that names its dataset loader, its stages, its conditions,
+its user policies, its judges and its report sections.
+
+A config picks one with ``benchmark: <name>`` (a spec in ``specs/<name>.yaml``) or
+``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench (``specs/carryon.yaml``).
+Everything a spec names is found by name: the loader in ``tasks/datasets/<loader>.py``, a
+user policy in ``tasks/users/<policy>.py``, a judge in ``tasks/judges/<judge>.py``, a report
+section in ``tasks/report/sections/<section>.py``, the metric views in
+``warehouse/views_<name>.sql``. So a new judge or condition is one module plus the spec.
+
+CarryOnBench's own stages (checklists, simulate, judge) keep their code; its spec records
+what they do (conditions BC, NC and oracle, the two judges) so the report and ``carryon plan``
+read the same names. The sister benchmarks run on the episode engine (stages ``episodes``
+and ``verdicts``, tasks/engine/).
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
+DEFAULT_BENCHMARK = "carryon"
+# The stages of each engine, in pipeline order.
+CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
+EPISODE_STAGES = ["episodes", "verdicts", "report"]
+
+
+class SpecError(Exception):
+    """A spec that cannot be used (names the file and the field)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ConditionSpec(_Strict):
+    """A named way of presenting an item: which of the item's prompts opens the episode,
+    which user policy answers the target, and how many target turns it may take."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    prompt: str | None = None  # the key of item.prompts that opens the episode
+    user: str = "single_turn"  # a module of tasks/users/
+    max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
+    description: str = ""
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    description: str = ""
+    engine: str = "episodes"  # "carryon" (its own stages) | "episodes"
+    loader: str | None = None  # a module of tasks/datasets/ (episode engine)
+    sources: list[str] = Field(default_factory=lambda: ["sample"])  # what dataset.source may be
+    conditions: list[ConditionSpec] = Field(min_length=1)
+    judges: list[str] = Field(default_factory=list)  # modules of tasks/judges/
+    report: list[str] = Field(default_factory=list)  # modules of tasks/report/sections/
+    source_path: str | None = Field(None, exclude=True)
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v):
+        if v not in ("carryon", "episodes"):
+            raise ValueError(f"engine {v!r}: choose carryon or episodes")
+        return v
+
+    @model_validator(mode="after")
+    def _names(self):
+        names = [c.name for c in self.conditions]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"conditions: duplicate name(s) {dup}")
+        if self.engine == "episodes" and not self.loader:
+            raise ValueError("loader: an episode benchmark needs a dataset loader")
+        return self
+
+    @property
+    def stages(self) -> list[str]:
+        return list(CARRYON_STAGES if self.engine == "carryon" else EPISODE_STAGES)
+
+    def condition(self, name: str) -> ConditionSpec:
+        for c in self.conditions:
+            if c.name == name:
+                return c
+        raise SpecError(f"{self.source_path or self.name}: no condition {name!r}")
+
+    @property
+    def condition_names(self) -> list[str]:
+        return [c.name for c in self.conditions]
+
+    @property
+    def max_turns(self) -> int:
+        return max(c.max_turns for c in self.conditions)
+
+
+def spec_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    return SPECS_DIR / f"{name_or_path}.yaml"
+
+
+@lru_cache(maxsize=32)
+def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
+    """The spec of a benchmark, validated; SpecError names the file and the field."""
+    path = spec_path(name_or_path)
+    if not path.is_file():
+        known = sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+        raise SpecError(f"benchmark {name_or_path!r}: no spec at {path} (built in: "
+                        f"{', '.join(known)})")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"{path}: cannot read the spec: {' '.join(str(e).split())[:300]}") from None
+    try:
+        spec = BenchmarkSpec.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise SpecError(f"{path}: {where}: {first['msg']}") from None
+    spec.source_path = str(path)
+    _check_modules(spec, path)
+    return spec
+
+
+def _check_modules(spec: BenchmarkSpec, path: Path) -> None:
+    # Every name a spec uses must resolve now, not halfway through a run.
+    names = [("tasks.users", c.user, f"conditions[{c.name}].user") for c in spec.conditions
+             if spec.engine == "episodes"]
+    if spec.loader:
+        names.append(("tasks.datasets", spec.loader, "loader"))
+    if spec.engine == "episodes":
+        names += [("tasks.judges", j, "judges") for j in spec.judges]
+        names += [("tasks.report.sections", s, "report") for s in spec.report]
+    for package, name, field in names:
+        try:
+            module(package, name)
+        except SpecError as e:
+            raise SpecError(f"{path}: {field}: {e}") from None
+
+
+def module(package: str, name: str):
+    """``package.name`` imported (a spec's names are module names)."""
+    if not name.replace("_", "").isalnum():
+        raise SpecError(f"{name!r} is not a module name")
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.endswith(f"{package}.{name}"):
+            raise SpecError(f"no module {package}.{name} "
+                            f"({package.replace('.', '/')}/{name}.py)") from None
+        raise

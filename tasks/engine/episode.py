@@ -1,0 +1,158 @@
+"""Episodes: one item under one condition against one target, played until a stop rule fires.
+
+The opening user turn is the item's prompt for the condition, verbatim (no call). Then, in
+turn: the target answers (the whole transcript as chat messages); if the condition's turn
+cap is reached the episode stops (``turn_cap``); else the condition's user policy gives the
+next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
+its termination reason; a failed call ends it with status ``target_error``,
+``simulator_error`` or ``context_exceeded`` and termination ``error`` (its turns so far are
+kept, the metric views leave it out).
+
+A target turn the provider blocked is stored as a refusal (``blocked``, a marker text) and
+ends the episode as ``answered``: the target answered, with a refusal.
+
+Sample keys derive from the transcript so far: episodes (of one target) that share a prefix
+share its sampled calls, and a rerun replays them (the gateway's cache sends nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from tasks.bench import BenchmarkSpec, ConditionSpec, module
+from tasks.engine.items import Item
+from tasks.users.base import ANSWERED, ERROR, TURN_CAP, EpisodeState, PolicyEnv, Stop, UserTurn
+
+BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
+TARGET_ROLE = "targets"
+
+
+def episode_id(benchmark: str, target: str, item_id: str, condition: str) -> str:
+    return hashlib.sha256("\x1f".join((benchmark, target, item_id, condition)).encode()).hexdigest()[:20]
+
+
+def policy(name: str):
+    return module("tasks.users", name).POLICY
+
+
+def target_sample_key(spec, transcript: list[dict]) -> str | None:
+    return PolicyEnv.sample_key(spec, "target", transcript)
+
+
+@dataclass
+class Played:
+    """An episode's rows: the ``episodes`` row and its ``episode_turns``."""
+
+    episode: dict
+    turns: list[dict] = field(default_factory=list)
+
+
+def opening(item: Item, condition: ConditionSpec) -> str | None:
+    """The item's opening for the condition; None = the condition does not apply to the item."""
+    text = item.prompts.get(condition.prompt) if condition.prompt else None
+    return text if isinstance(text, str) and text.strip() else None
+
+
+async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: ConditionSpec,
+               target_spec, run_id: str | None = None) -> Played:
+    gw = env.gateway
+    user = policy(condition.user)
+    eid = episode_id(bench.name, target_spec.name, item.item_id, condition.name)
+    first = opening(item, condition)
+    assert first is not None, "episodes are built only for conditions the item has"
+    transcript = [{"role": "user", "content": first}]
+    turns = [{"episode_id": eid, "position": 0, "role": "user", "model_turn": 1, "content": first,
+              "call_hash": None, "blocked": None, "act": None, "act_call_hash": None}]
+    status, termination, error, error_hash = "completed", TURN_CAP, None, None
+    model_turns = 0
+    while True:
+        r = await gw.chat(target_spec, TARGET_ROLE, list(transcript),
+                          sample_key=target_sample_key(target_spec, transcript))
+        model_turns += 1
+        if not r.ok and r.error_kind != "content_blocked":
+            status = "context_exceeded" if r.error_kind == "context_exceeded" else "target_error"
+            termination, error, error_hash = ERROR, f"{r.error_kind}: {r.error}", r.call_hash
+            break
+        blocked = not r.ok
+        content = BLOCKED_CONTENT if blocked else r.content
+        turns.append({"episode_id": eid, "position": len(turns), "role": "assistant",
+                      "model_turn": model_turns, "content": content, "call_hash": r.call_hash,
+                      "blocked": blocked, "act": None, "act_call_hash": None})
+        transcript.append({"role": "assistant", "content": content})
+        if blocked:
+            termination = ANSWERED
+            break
+        if model_turns >= condition.max_turns:
+            termination = TURN_CAP
+            break
+        state = EpisodeState(item, condition, target_spec.name, list(transcript), model_turns)
+        nxt = await user.next(env, state)
+        if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
+            turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
+        if isinstance(nxt, Stop):
+            termination = nxt.reason
+            break
+        assert isinstance(nxt, UserTurn)
+        if nxt.error:
+            status = "context_exceeded" if nxt.error_kind == "context_exceeded" else "simulator_error"
+            termination, error, error_hash = ERROR, nxt.error, nxt.call_hash
+            break
+        turns.append({"episode_id": eid, "position": len(turns), "role": "user",
+                      "model_turn": model_turns + 1, "content": nxt.content,
+                      "call_hash": nxt.call_hash, "blocked": None, "act": None,
+                      "act_call_hash": None})
+        transcript.append({"role": "user", "content": nxt.content})
+    row = {"episode_id": eid, "benchmark": bench.name, "item_id": item.item_id,
+           "condition": condition.name, "target": target_spec.name, "user_policy": user.name,
+           "status": status, "termination": termination, "n_turns": len(turns),
+           "error": error, "error_call_hash": error_hash, "run_id": run_id}
+    return Played(row, turns)
+
+
+def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list) -> tuple[list, dict]:
+    """(item, condition, target spec) for every condition an item has, item-major; and the
+    count of (item, condition) pairs skipped because the item lacks the condition's prompt."""
+    out, skipped = [], {}
+    for item in items:
+        for cond in bench.conditions:
+            if opening(item, cond) is None:
+                skipped[cond.name] = skipped.get(cond.name, 0) + 1
+                continue
+            out.extend((item, cond, t) for t in targets)
+    return out, skipped
+
+
+async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
+    """Play a batch of episodes and write them (one transaction; an episode's earlier turns
+    are replaced, so a shorter replay leaves no stale turn). Returns counts."""
+    env = PolicyEnv(ctx.gateway, ctx.config)
+    played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id)
+                                    for item, cond, t in work))
+    ids = [p.episode["episode_id"] for p in played]
+    ctx.warehouse.write_many([
+        ("episodes", [p.episode for p in played], None),
+        ("episode_turns", [t for p in played for t in p.turns],
+         ("list_contains(?, episode_id)", [ids])),
+    ])
+    status: dict[str, int] = {}
+    term: dict[str, int] = {}
+    for p in played:
+        status[p.episode["status"]] = status.get(p.episode["status"], 0) + 1
+        term[p.episode["termination"]] = term.get(p.episode["termination"], 0) + 1
+    errors = [p.episode["error"] for p in played if p.episode["error"]]
+    return {"episodes": len(played), "status": status, "termination": term,
+            "turns": sum(len(p.turns) for p in played), "errors": errors}
+
+
+def summary_json(parts: list[dict]) -> dict:
+    out = {"episodes": 0, "turns": 0, "status": {}, "termination": {}}
+    for p in parts:
+        out["episodes"] += p["episodes"]
+        out["turns"] += p["turns"]
+        for k in ("status", "termination"):
+            for name, n in p[k].items():
+                out[k][name] = out[k].get(name, 0) + n
+    return json.loads(json.dumps(out))

@@ -1,0 +1,88 @@
+"""A benchmark's items: what its loader reads, which ones a run takes, and their table.
+
+An item carries its *prompts* (the openings a condition may use: ``benign``, ``dual_use``,
+``question``, ...), what is *hidden* from the target (an intent, slots, reference answers:
+only the simulated user and the judges see it) and *meta* fields the report groups by.
+A loader module (``tasks/datasets/<name>.py``) exposes ``SAMPLE`` (the path of the team's
+sample in the source's own format) and ``load(path) -> list[Item]``; every problem in a file
+raises ``tasks.data.DataError`` naming the file, the row and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.bench import module
+from tasks.data import DataError, in_shard
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    source_row: int
+    prompts: dict[str, str]
+    hidden: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def to_row(self, benchmark: str, run_id: str | None = None) -> dict:
+        return {"benchmark": benchmark, "item_id": self.item_id, "source_row": self.source_row,
+                "prompts": json.dumps(self.prompts, sort_keys=True, ensure_ascii=False),
+                "hidden": json.dumps(self.hidden, sort_keys=True, ensure_ascii=False),
+                "meta": json.dumps(self.meta, sort_keys=True, ensure_ascii=False),
+                "run_id": run_id}
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Item":
+        return cls(row["item_id"], row["source_row"], json.loads(row["prompts"]),
+                   json.loads(row["hidden"]), json.loads(row["meta"]))
+
+
+def item_id(benchmark: str, *identity: str) -> str:
+    """A stable 16-hex id from what identifies an item in its source (never its row number
+    alone: a reordered file keeps its ids)."""
+    return hashlib.sha256("\x1f".join((benchmark, *identity)).encode()).hexdigest()[:16]
+
+
+def loader(spec):
+    return module("tasks.datasets", spec.loader)
+
+
+def load_items(cfg) -> list[Item]:
+    """Every item of the config's dataset (the loader's sample or the user's file)."""
+    spec, ds = cfg.spec, cfg.dataset
+    mod = loader(spec)
+    if ds.source == "sample":
+        return mod.load(mod.SAMPLE)
+    if not ds.path:
+        raise DataError(f"{cfg.source_path or 'config'}: dataset.path: source {ds.source!r} "
+                        "needs the path of the file")
+    path = Path(ds.path).expanduser()
+    if not path.is_absolute() and cfg.source_path and not path.exists():
+        path = Path(cfg.source_path).parent / path  # relative to the config file as a fallback
+    return mod.load(path)
+
+
+def select_items(cfg, limit: int | None = None) -> list[Item]:
+    """The items a run uses: file order, the first ``min(dataset.limit, limit)``."""
+    rows = load_items(cfg)
+    dup = sorted(i for i, n in Counter(r.item_id for r in rows).items() if n > 1)
+    if dup:
+        first = next(r for r in rows if r.item_id == dup[0])
+        raise DataError(f"{cfg.dataset.path or 'sample'}: row {first.source_row}: the item "
+                        f"repeats an earlier one (same identity, id {dup[0]})")
+    caps = [n for n in (cfg.dataset.limit, limit) if n is not None]
+    return rows[: min(caps)] if caps else rows
+
+
+def run_items(ctx) -> list[Item]:
+    """The items of this run and shard."""
+    return [r for r in select_items(ctx.config, ctx.limit)
+            if in_shard(r.item_id, ctx.shard_index, ctx.shard_count)]
+
+
+def store_items(wh, benchmark: str, items: list[Item], run_id: str | None = None) -> int:
+    return wh.write("bench_items", [i.to_row(benchmark, run_id) for i in items])

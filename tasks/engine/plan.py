@@ -1,0 +1,82 @@
+"""``carryon plan`` for an episode benchmark: calls per role, tokens and cost, before
+anything is spent.
+
+Exact where the spec fixes the count (one target call per single-turn episode, one judge
+call per judged turn), upper bounds where it depends on the target (a reactive user speaks
+only when the target asks; episodes may end before their turn cap). Tokens per call are the
+role table's rough estimates plus the items' own opening prompts (about 4 characters a token).
+"""
+
+from __future__ import annotations
+
+from tasks.bench import module
+from tasks.engine.episode import plan_episodes, policy
+from tasks.engine.items import select_items
+from tasks.roles import tokens
+
+CHARS_PER_TOKEN = 4
+
+
+def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
+    """(rows, notes) like CarryOnBench's plan; ``cost(model, prompt, completion)`` prices."""
+    spec = cfg.spec
+    items = select_items(cfg, limit)
+    targets = cfg.role_specs("targets")
+    work, skipped = plan_episodes(spec, items, targets)
+    n_eps = len(work)
+    target_calls = sum(c.max_turns for _, c, _ in work)
+    opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _ in work) // CHARS_PER_TOKEN
+                      // max(n_eps, 1))
+    calls: dict[str, int] = {"targets": target_calls}
+    bound: set[str] = {"targets"} if any(c.max_turns > 1 for c in spec.conditions) else set()
+    for _, c, _ in work:
+        for role, n in policy(c.user).calls(c).items():
+            calls[role] = calls.get(role, 0) + n
+            bound.add(role)
+    judged = []
+    for name in spec.judges:
+        judge = module("tasks.judges", name).JUDGE
+        if judge.role and not cfg.role_specs(judge.role):
+            continue  # optional and not configured (pre-flight refuses a missing required one)
+        judged.append(judge.kind)
+        if judge.role:
+            # At most one call per target turn (the act judge's calls for turns the reactive
+            # user already read come from the cache).
+            calls[judge.role] = calls.get(judge.role, 0) + target_calls
+            if spec.max_turns > 1:
+                bound.add(judge.role)
+    target_out = max((s.max_tokens for s in targets), default=512) // 2
+    rows = []
+    for role, n in calls.items():
+        specs = cfg.role_specs(role)
+        if not specs or not n:
+            continue
+        base_in, base_out = tokens(role)
+        out_tokens = base_out if base_out is not None else target_out
+        in_tokens = base_in + opening_tokens + (0 if role == "targets" else target_out)
+        per_model = n / len(specs) if role == "targets" else n
+        costs = [cost(s.model, int(per_model * in_tokens), int(per_model * out_tokens))
+                 for s in specs]
+        price = None if any(c is None for c in costs) else sum(costs)
+        rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
+                     "calls": n, "prompt_tokens": n * in_tokens,
+                     "completion_tokens": n * out_tokens,
+                     "cost_usd": round(price, 2) if price is not None else None})
+    priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    notes = [
+        f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
+        f"{len(targets)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
+        "in all.",
+        "judges: " + (", ".join(judged) or "none") + ".",
+    ]
+    if skipped:
+        notes.append("conditions an item lacks (no episode): " + ", ".join(
+            f"{k} {v}" for k, v in sorted(skipped.items())) + ".")
+    if bound:
+        notes.append("upper bounds (episodes may stop before their turn cap): "
+                     + ", ".join(sorted(bound)) + ".")
+    notes += [f"estimated cost of priced models: ${sum(priced):.2f}" + (
+        "; blank cost = a model litellm does not price (local or custom)"
+        if len(priced) < len(rows) else ""),
+        "calls already in the cache are not sent again: a rerun costs only what changed."]
+    return rows, notes

@@ -1,0 +1,180 @@
+"""The verdicts stage: the spec's judges over stored episodes (re-judging never regenerates).
+
+Each judge (tasks/judges/<name>.py, protocol in tasks/judges/base.py) writes under its own
+*verdict set*: id = hash of (kind, the judge's model and generation settings, the hash of its
+templates and rule version). A plain rerun reuses the set and replaces its rows for the
+episodes it judges; another judge model or template makes a new set and leaves the old rows
+alone (the views read each kind's latest set).
+
+Identical requests are sent once per batch (the gateway's cache does the same across
+batches and runs). A failed call is stored as unscored rows (value NULL, reason
+``<error_kind>: <message>``) for every measure of the judge, never as a zero. An optional
+judge whose role is not configured is skipped (and said so in the summary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+from collections import Counter
+
+import prompts
+from tasks.bench import module
+from tasks.config import ConfigError
+from tasks.engine.items import Item
+from tasks.judges.base import Measure, TurnView
+
+
+def _hash(doc) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def spec_judges(cfg) -> tuple[list, list[str]]:
+    """The spec's judges that run (with their model spec or None) and the names skipped."""
+    out, skipped = [], []
+    for name in cfg.spec.judges:
+        judge = module("tasks.judges", name).JUDGE
+        model = None
+        if judge.role:
+            specs = cfg.role_specs(judge.role)
+            if not specs:
+                if judge.optional:
+                    skipped.append(name)
+                    continue
+                raise ConfigError(f"{cfg.source_path or 'config'}: models.{judge.role}: needed "
+                                  f"by judge {name} but not configured")
+            if len(specs) > 1:
+                raise ConfigError(f"{cfg.source_path or 'config'}: models.{judge.role}: one "
+                                  "judge model per role in this benchmark")
+            model = specs[0]
+        out.append((judge, model))
+    return out, skipped
+
+
+def prompt_version(judge) -> str:
+    return _hash([prompts.template_version(*judge.templates) if judge.templates else "",
+                  judge.extra_version, list(judge.measures)])
+
+
+def verdict_set_id(judge, model) -> str:
+    ident = None if model is None else {"model": model.model, "params": model.generation_params(),
+                                         "structured": model.structured}
+    return f"{judge.kind}-" + _hash({"kind": judge.kind, "judge": ident,
+                                      "prompt": prompt_version(judge)})
+
+
+def set_rows(ctx, judges: list) -> list[dict]:
+    now = dt.datetime.now(dt.timezone.utc)
+    ids = [verdict_set_id(j, m) for j, m in judges]
+    old = {r["judgment_set_id"]: r for r in ctx.warehouse.query(
+        "SELECT judgment_set_id, created, run_id FROM verdict_sets "
+        "WHERE list_contains(?, judgment_set_id)", [ids])}
+    rows = []
+    for (j, m), sid in zip(judges, ids):
+        first = old.get(sid)  # a set keeps its first creation (views order sets by it)
+        rows.append({"judgment_set_id": sid, "benchmark": ctx.config.spec.name, "kind": j.kind,
+                     "judge": None if m is None else m.model, "prompt_version": prompt_version(j),
+                     "created": first["created"] if first else now,
+                     "run_id": first["run_id"] if first else ctx.run_id})
+    return rows
+
+
+def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView]:
+    """Every assistant turn of the given episodes, as judges see it."""
+    eps = {r["episode_id"]: r for r in wh.query(
+        "SELECT episode_id, item_id, condition FROM episodes WHERE list_contains(?, episode_id)",
+        [episode_ids])}
+    items = {r["item_id"]: Item.from_row(r) for r in wh.query(
+        "SELECT * FROM bench_items WHERE benchmark = ? AND list_contains(?, item_id)",
+        [benchmark, sorted({e["item_id"] for e in eps.values()})])}
+    turns = wh.query("SELECT * FROM episode_turns WHERE list_contains(?, episode_id) "
+                     "ORDER BY episode_id, position", [episode_ids])
+    by_ep: dict[str, list[dict]] = {}
+    for t in turns:
+        by_ep.setdefault(t["episode_id"], []).append(t)
+    out = []
+    for eid, ts in by_ep.items():
+        ep = eps[eid]
+        last = max((t["position"] for t in ts if t["role"] == "assistant"), default=None)
+        for i, t in enumerate(ts):
+            if t["role"] != "assistant":
+                continue
+            history = tuple({"role": h["role"], "content": h["content"]} for h in ts[:i])
+            out.append(TurnView(item=items[ep["item_id"]], condition=ep["condition"],
+                                episode_id=eid, position=t["position"],
+                                model_turn=t["model_turn"], prompt=ts[0]["content"],
+                                response=t["content"], history=history,
+                                is_last=t["position"] == last, blocked=bool(t["blocked"]),
+                                act=t["act"]))
+    return out
+
+
+def _sample_key(model, messages: list[dict]) -> str | None:
+    if not model.temperature:
+        return None
+    return "verdict:" + _hash(messages)
+
+
+async def judge_batch(ctx, judges: list, episode_ids: list[str]) -> dict:
+    """Run every judge over the batch's assistant turns; write all rows in one transaction
+    (each set's earlier rows for these episodes are replaced). Returns counts."""
+    gw, bench = ctx.gateway, ctx.config.spec.name
+    views = load_turn_views(ctx.warehouse, bench, episode_ids)
+    requests: dict[tuple, tuple] = {}  # (judge index, request key) -> (model, request)
+    pending: list[tuple] = []  # (judge index, turn, request key or None)
+    for ji, (judge, model) in enumerate(judges):
+        for t in views:
+            if t.response is None or not judge.wants(t):
+                continue
+            req = judge.request(t)
+            if req is None:
+                pending.append((ji, t, None))
+                continue
+            key = (ji, json.dumps(req.messages, sort_keys=True, ensure_ascii=False),
+                   req.schema.__name__)
+            requests.setdefault(key, (model, req))
+            pending.append((ji, t, key))
+    keys = list(requests)
+    results = await asyncio.gather(*(
+        gw.chat(m, judges[k[0]][0].role, r.messages, schema=r.schema,
+                sample_key=_sample_key(m, r.messages)) for k in keys for m, r in [requests[k]]))
+    by_key = dict(zip(keys, results))
+    set_ids = [verdict_set_id(j, m) for j, m in judges]
+    rows, unscored = [], Counter()
+    for ji, t, key in pending:
+        judge = judges[ji][0]
+        call_hash = None
+        if key is None:
+            measures = judge.verdicts(t, None)
+        else:
+            r = by_key[key]
+            call_hash = r.call_hash
+            measures = (judge.verdicts(t, r.parsed) if r.ok
+                        else judge.unscored(f"{r.error_kind}: {r.error}"))
+        for m in measures:
+            assert isinstance(m, Measure)
+            unscored[judge.kind] += m.value is None and m.label is None
+            rows.append({"judgment_set_id": set_ids[ji], "episode_id": t.episode_id,
+                         "position": t.position, "measure": m.measure, "kind": judge.kind,
+                         "model_turn": t.model_turn, "value": m.value, "label": m.label,
+                         "reason": m.reason, "call_hash": call_hash})
+    ctx.warehouse.write_many([
+        ("verdicts", rows, ("list_contains(?, judgment_set_id) AND list_contains(?, episode_id)",
+                            [set_ids, episode_ids]))])
+    return {"episodes": len(episode_ids), "turns": len(views), "verdicts": len(rows),
+            "calls": len(keys), "failed_calls": sum(not r.ok for r in results),
+            "unscored": dict(unscored),
+            "errors": [f"{r.error_kind}: {r.error}" for r in results if not r.ok]}
+
+
+def merge(parts: list[dict]) -> dict:
+    out = {"episodes": 0, "turns": 0, "verdicts": 0, "calls": 0, "failed_calls": 0}
+    unscored: Counter = Counter()
+    for p in parts:
+        for k in out:
+            out[k] += p[k]
+        unscored.update(p["unscored"])
+    out["unscored"] = dict(sorted(unscored.items()))
+    return out

@@ -1,0 +1,88 @@
+"""The report of an episode benchmark (a sister benchmark): report.md with the run, the
+models per role, episode coverage (status and termination reasons) and the spec's sections
+(``tasks/report/sections/<name>.py``: ``TITLE`` and ``section(wh, benchmark) -> Markdown``).
+
+A section that fails is reported as such in its place (the traceback goes to the log): the
+others still appear. The report calls no model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from tasks.bench import module
+from tasks.report.markdown import md_table, run_line
+from tasks.roles import report_roles
+
+log = logging.getLogger(__name__)
+
+
+def _models(cfg) -> list[str]:
+    lines = []
+    for role in report_roles(cfg.spec.name):
+        specs = cfg.role_specs(role)
+        if specs:
+            lines.append(f"- {role}: " + ", ".join(f"{s.name} ({s.model})" if s.name != s.model
+                                                  else s.model for s in specs))
+    return lines
+
+
+def coverage_md(wh, benchmark: str) -> str:
+    df = wh.df("SELECT target, condition, n_episodes, n_completed, n_failed, n_turn_cap, "
+               "n_answered, n_user_stop, n_single_turn FROM episode_coverage "
+               "WHERE benchmark = ? ORDER BY target, condition", [benchmark])
+    if df.empty:
+        return "Not computed: no episodes stored for this benchmark yet."
+    return md_table(df)
+
+
+def section_md(wh, benchmark: str, name: str) -> tuple[str, str]:
+    """(title, Markdown) of one section; a failing section says so instead of its content."""
+    mod = module("tasks.report.sections", name)
+    title = getattr(mod, "TITLE", name)
+    try:
+        return title, mod.section(wh, benchmark)
+    except Exception as e:  # noqa: BLE001 - one broken section must not cost the report
+        log.exception("report section %s failed", name)
+        return title, f"Not computed: the section failed ({type(e).__name__}: {e})."
+
+
+def render(cfg, wh, run: dict) -> str:
+    spec = cfg.spec
+    out = [f"# {spec.title} report", "", run_line(run), f"- Benchmark: `{spec.name}` "
+           f"({spec.description or spec.title})", "", "## Models", "", *_models(cfg), "",
+           "## Conditions", ""]
+    out += [f"- `{c.name}`: {c.description or c.prompt} (user: {c.user}, at most "
+            f"{c.max_turns} target turn{'s' if c.max_turns != 1 else ''})" for c in spec.conditions]
+    out += ["", "## Episodes", "", "Only completed episodes are scored; failed ones are counted "
+            "here and left out of every metric.", "", coverage_md(wh, spec.name), ""]
+    for name in spec.report:
+        title, body = section_md(wh, spec.name, name)
+        out += [f"## {title}", "", body.strip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write(cfg, wh, run_id: str) -> tuple[Path, str]:
+    """Write reports/<run_id>/report.md atomically (a temporary folder renamed into place)."""
+    rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    run = rows[0] if rows else {"run_id": run_id, "status": "unknown"}
+    text = render(cfg, wh, run)
+    reports = cfg.home_path / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    final = reports / str(run_id)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=reports))
+    try:
+        (tmp / "report.md").write_text(text, encoding="utf-8")
+        (tmp / "spec.json").write_text(json.dumps(cfg.spec.model_dump(mode="json"), indent=1),
+                                       encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, text

@@ -1,0 +1,80 @@
+"""The user-policy protocol: after each target turn, the next user turn or a stop.
+
+A policy module exposes ``POLICY``, an object with:
+
+- ``name``: the module's name (stored on every episode);
+- ``roles``: the model roles it calls (rows of tasks/roles.py); pre-flight requires them;
+- ``async next(env, state) -> UserTurn | Stop``: what the user does after the target's last
+  turn, from the item (its hidden intent or slots), the condition, the transcript so far and,
+  where the policy reads it, the target's last act;
+- ``calls(condition) -> dict[role, int]``: an upper bound on its calls per episode (the plan).
+
+The engine calls ``next`` only after a target turn and only while the condition's turn cap
+allows another exchange; the turn cap itself is the engine's stop rule (``turn_cap``). A
+policy stops with a reason: ``answered`` (the target answered rather than asked),
+``user_stop`` (the simulated user has nothing to add) or ``single_turn`` (one exchange only).
+Calls go through ``env.gateway``; a sampled simulator passes ``env.sample_key(...)``, which
+derives from the transcript so far, so episodes that share a prefix share its samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from tasks.bench import ConditionSpec
+from tasks.engine.items import Item
+
+ANSWERED = "answered"
+USER_STOP = "user_stop"
+SINGLE_TURN = "single_turn"
+TURN_CAP = "turn_cap"
+ERROR = "error"
+
+
+@dataclass
+class EpisodeState:
+    item: Item
+    condition: ConditionSpec
+    target: str
+    transcript: list[dict]  # {"role": "user" | "assistant", "content": str}, both sides so far
+    model_turns: int  # target turns so far
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    content: str | None
+    call_hash: str | None
+    error: str | None = None  # "<error_kind>: <message>" when the simulator call failed
+    error_kind: str | None = None
+    # The act the policy read of the target's last turn (stored on that turn), if any.
+    act: str | None = None
+    act_call_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str
+    act: str | None = None
+    act_call_hash: str | None = None
+
+
+@dataclass
+class PolicyEnv:
+    """What a policy may use: the gateway and the resolved models of its roles."""
+
+    gateway: object
+    config: object
+
+    def spec(self, role: str):
+        return self.config.role_spec(role)
+
+    @staticmethod
+    def sample_key(spec, kind: str, transcript: list[dict], extra: str = "") -> str | None:
+        """At temperature 0 the request decides the answer (no key); a sampled call's key
+        derives from the transcript so far, so a rerun replays the same sample."""
+        if not spec.temperature:
+            return None
+        doc = json.dumps([kind, extra, transcript], ensure_ascii=False, sort_keys=True)
+        return f"{kind}:" + hashlib.sha256(doc.encode()).hexdigest()[:16]

@@ -1,0 +1,20 @@
+"""The single-turn user: the item's opening prompt, then nothing (OpenSafeIntent's setting,
+and a disambiguated question's)."""
+
+from __future__ import annotations
+
+from tasks.users.base import SINGLE_TURN, Stop
+
+
+class SingleTurn:
+    name = "single_turn"
+    roles: tuple[str, ...] = ()
+
+    async def next(self, env, state):
+        return Stop(SINGLE_TURN)
+
+    def calls(self, condition) -> dict[str, int]:
+        return {}
+
+
+POLICY = SingleTurn()

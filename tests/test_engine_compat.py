@@ -1,0 +1,77 @@
+"""A home written before the benchmark spec and the episode engine existed reruns with 0
+requests and identical views.
+
+``tests/fixtures/pre_engine/`` holds such a home (warehouse + response cache, written by
+``carryon run --config tests/fixtures/pre_engine/config.yaml`` at commit 5b0e871 against the
+loopback server on port 18791: 2 sample queries, 2 targets, lengths 4 and 6), the config,
+and every view's rows as that version computed them (``views.json``). The cache key holds
+the api_base, so the server must listen on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.carryon import carryon
+from tasks.config import load_config
+from tests.llm_server import LLMServer
+from warehouse import Warehouse
+
+pytestmark = pytest.mark.e2e
+
+FIXTURE = Path(__file__).parent / "fixtures" / "pre_engine"
+PORT = 18791  # the port the fixture's cache keys were made with
+# config_hash of the fixture's config before the spec existed (run ids embed it).
+PRE_ENGINE_CONFIG_HASH = "931e92e2b22e051a"
+
+
+def _views(wh, names) -> dict:
+    out = {}
+    for v in names:
+        rows = wh.query(f"SELECT * FROM {v}")
+        out[v] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+    return out
+
+
+@pytest.fixture
+def old_home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    with tarfile.open(FIXTURE / "home.tar.gz") as tar:
+        tar.extractall(home, filter="data")
+    cfg = yaml.safe_load((FIXTURE / "config.yaml").read_text())
+    cfg["home"] = str(home)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return home, path
+
+
+def test_config_hash_unchanged_by_the_spec():
+    # The fixture's config as written (its home path is part of the hash).
+    assert load_config(FIXTURE / "config.yaml").config_hash() == PRE_ENGINE_CONFIG_HASH
+
+
+def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_harness, old_home):
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", PORT)) == 0:
+            pytest.fail(f"port {PORT} is taken: this test's cache keys need the loopback server there")
+    home, path = old_home
+    expected = json.loads((FIXTURE / "views.json").read_text())
+    server = LLMServer().start(port=PORT)
+    try:
+        summary = asyncio.run(carryon(config=str(path)))
+    finally:
+        server.stop()
+    assert server.counts["total"] == 0 and summary["requests"] == 0
+    assert summary["cache_hits"] > 0
+    wh = Warehouse(home / "warehouse.duckdb")
+    got = _views(wh, sorted(expected))
+    for name in sorted(expected):
+        assert got[name] == expected[name], f"view {name} changed on the pre-engine home"

@@ -1,0 +1,88 @@
+"""Tables of the episode engine (the sister benchmarks): items, episodes, their turns, and
+judges' verdicts. CarryOnBench keeps its own tables (queries, conversations, turns, ...)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlmodel import Field, SQLModel
+
+
+class BenchItem(SQLModel, table=True):
+    """One item of a benchmark as its loader read it."""
+
+    __tablename__ = "bench_items"
+    benchmark: str = Field(primary_key=True)
+    item_id: str = Field(primary_key=True)  # stable: a hash of the item's identity in its file
+    source_row: int  # 0-based position in the source file
+    prompts: str  # JSON {prompt name: text}: the openings a condition may use
+    hidden: str  # JSON: what only the simulated user and the judges see (intent, slots, answers)
+    meta: str  # JSON: grouping fields for the report (domain, task type, ambiguity, ...)
+    run_id: str | None = None
+
+
+class Episode(SQLModel, table=True):
+    """One item under one condition against one target."""
+
+    __tablename__ = "episodes"
+    episode_id: str = Field(primary_key=True)  # hash of (benchmark, target, item_id, condition)
+    benchmark: str
+    item_id: str
+    condition: str
+    target: str  # the target entry's name
+    user_policy: str
+    # completed | target_error | simulator_error | context_exceeded (the metric views keep
+    # only completed episodes)
+    status: str
+    # Why the episode ended: turn_cap | answered | user_stop | single_turn | error
+    termination: str
+    n_turns: int  # turns stored (both sides)
+    error: str | None = None  # "<error_kind>: <message>" of the call that ended it
+    error_call_hash: str | None = None
+    run_id: str | None = None
+
+
+class EpisodeTurn(SQLModel, table=True):
+    __tablename__ = "episode_turns"
+    episode_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)  # 0-based over both sides
+    role: str  # user | assistant
+    model_turn: int  # 1-based exchange number: user turn k and the answer to it share k
+    content: str | None = None
+    call_hash: str | None = None  # null for the opening user turn (verbatim, no call)
+    blocked: bool | None = None  # assistant turns the provider refused to produce
+    # Assistant turns the user policy read: the response act it saw (direct_answer,
+    # clarifying_question, refusal, hedge; NULL when not read or the act call failed).
+    act: str | None = None
+    act_call_hash: str | None = None
+
+
+class VerdictSet(SQLModel, table=True):
+    """A judge kind with one judge model and one prompt version: reruns with the same judge
+    replace its rows; another judge or template makes a new set (views pick the latest)."""
+
+    __tablename__ = "verdict_sets"
+    judgment_set_id: str = Field(primary_key=True)
+    benchmark: str
+    kind: str  # the judge module's name (helpfulness, harmfulness, act, reference, ...)
+    judge: str | None = None  # the judge's model string; NULL for a judge without a model
+    prompt_version: str
+    created: dt.datetime
+    run_id: str
+
+
+class Verdict(SQLModel, table=True):
+    """One measure of one judge on one assistant turn. value NULL = unscored (see reason),
+    never a silent zero."""
+
+    __tablename__ = "verdicts"
+    judgment_set_id: str = Field(primary_key=True)
+    episode_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)  # the assistant turn's position
+    measure: str = Field(primary_key=True)  # e.g. score, act, exact_match, token_f1
+    kind: str
+    model_turn: int
+    value: float | None = None  # the number (a score, 0/1, an F1)
+    label: str | None = None  # a category (an act), where the measure has one
+    reason: str | None = None  # the judge's reasoning, or why it is unscored
+    call_hash: str | None = None
