@@ -64,7 +64,8 @@ def _restamp_report(ctx, summary: dict) -> None:
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
-    summary: dict = {"run_id": ctx.run_id, "home": str(ctx.home), "stages": {}}
+    summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
+                     "home": str(ctx.home), "stages": {}}
     try:
         for stage in ctx.stages:
             summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)

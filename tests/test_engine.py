@@ -1,0 +1,264 @@
+"""The episode engine on hand-made parts: stop rules and termination reasons, failures as
+data, the judge protocol (distinct requests once, unscored on failure, sets per judge), and
+the engine's views."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from dataclasses import dataclass
+
+import pytest
+from pydantic import BaseModel
+
+from tasks.bench import BenchmarkSpec, ConditionSpec, SpecError, load_spec
+from tasks.config import ModelSpec
+from tasks.engine import episode as ep
+from tasks.engine import verdicts as vd
+from tasks.engine.items import Item
+from tasks.gateway import CallResult
+from tasks.judges.base import Judge, Measure, Request
+from tasks.users.base import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
+from warehouse import Warehouse
+
+
+def model(name: str, temperature: float = 0.0) -> ModelSpec:
+    return ModelSpec(name=name, model=f"openai/{name}", api_base=None, api_key_env=None,
+                     temperature=temperature, top_p=None, max_tokens=64, seed=None, stop=None,
+                     max_concurrency=4, rpm=None, timeout_s=5, max_retries=0,
+                     structured="json_schema", mode="chat", where=f"models.{name}")
+
+
+class FakeGateway:
+    """Answers by a function of (role, messages); records every call."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
+        self.calls.append((role, [dict(m) for m in messages], sample_key))
+        out = self.answer(role, messages)
+        if isinstance(out, CallResult):
+            return out
+        parsed = schema.model_validate_json(out) if schema is not None else None
+        return CallResult(call_hash=f"h{len(self.calls)}", content=out, parsed=parsed)
+
+
+def fail(kind: str) -> CallResult:
+    return CallResult(call_hash="hfail", error="boom", error_kind=kind)
+
+
+@dataclass
+class AskingUser:
+    """A policy that speaks ``n`` times, then stops with ``user_stop``."""
+
+    n: int
+    name: str = "asking"
+    roles: tuple = ()
+
+    async def next(self, env, state):
+        spoken = sum(t["role"] == "user" for t in state.transcript) - 1
+        if spoken >= self.n:
+            return Stop(USER_STOP, act="direct_answer")
+        return UserTurn(f"more please {spoken}", f"u{spoken}", act="clarifying_question")
+
+    def calls(self, condition):
+        return {}
+
+
+ITEM = Item("i1", 0, {"q": "What is X?", "alt": "And Y?"}, {"intent": "x"}, {"kind": "a"})
+
+
+def bench(*conds: ConditionSpec) -> BenchmarkSpec:
+    return BenchmarkSpec(name="toy", title="Toy", engine="episodes", loader="x",
+                         conditions=list(conds))
+
+
+def play(cond, gateway, policy_obj, monkeypatch):
+    monkeypatch.setattr(ep, "policy", lambda name: policy_obj)
+    env = PolicyEnv(gateway, None)
+    return asyncio.run(ep.play(env, bench(cond), ITEM, cond, model("t")))
+
+
+def test_single_turn_episode(monkeypatch):
+    gw = FakeGateway(lambda role, m: "an answer")
+    from tasks.users.single_turn import POLICY
+
+    p = play(ConditionSpec(name="c", prompt="q"), gw, POLICY, monkeypatch)
+    assert [t["role"] for t in p.turns] == ["user", "assistant"]
+    assert p.turns[0]["content"] == "What is X?" and p.turns[0]["call_hash"] is None
+    # max_turns 1: the turn cap stops it before the policy is asked.
+    assert p.episode["status"] == "completed" and p.episode["termination"] == TURN_CAP
+    assert p.episode["n_turns"] == 2
+
+
+def test_turn_cap_and_user_stop_and_acts(monkeypatch):
+    gw = FakeGateway(lambda role, m: f"answer {len(m)}")
+    capped = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=3), gw, AskingUser(5),
+                  monkeypatch)
+    assert capped.episode["termination"] == TURN_CAP and capped.episode["n_turns"] == 6
+    # The act the policy read is stored on the turn it read; the last turn was not read.
+    assert [t["act"] for t in capped.turns if t["role"] == "assistant"] == [
+        "clarifying_question", "clarifying_question", None]
+    # The target sees the whole transcript each time.
+    assert [len(m) for r, m, _ in gw.calls] == [1, 3, 5]
+    stopped = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=5), gw, AskingUser(1),
+                   monkeypatch)
+    assert stopped.episode["termination"] == USER_STOP and stopped.episode["n_turns"] == 4
+    assert stopped.turns[-1]["act"] == "direct_answer"
+
+
+def test_failures_end_episodes_as_data(monkeypatch):
+    cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=3)
+    p = play(cond, FakeGateway(lambda r, m: fail("retries_exhausted")), AskingUser(5), monkeypatch)
+    assert p.episode["status"] == "target_error" and p.episode["termination"] == "error"
+    assert p.episode["error"] == "retries_exhausted: boom" and p.episode["n_turns"] == 1
+    p = play(cond, FakeGateway(lambda r, m: fail("context_exceeded")), AskingUser(5), monkeypatch)
+    assert p.episode["status"] == "context_exceeded"
+
+    class BrokenUser(AskingUser):
+        async def next(self, env, state):
+            return UserTurn(None, "hx", error="invalid_output: junk", error_kind="invalid_output")
+
+    p = play(cond, FakeGateway(lambda r, m: "ok"), BrokenUser(1), monkeypatch)
+    assert p.episode["status"] == "simulator_error" and p.episode["error"] == "invalid_output: junk"
+    assert p.episode["n_turns"] == 2  # the target's answer is kept; the failed user turn is not
+
+
+def test_blocked_target_turn_is_a_refusal_that_ends_the_episode(monkeypatch):
+    p = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=3),
+             FakeGateway(lambda r, m: fail("content_blocked")), AskingUser(5), monkeypatch)
+    assert p.episode["status"] == "completed" and p.episode["termination"] == ANSWERED
+    assert p.turns[-1]["blocked"] is True and p.turns[-1]["content"] == ep.BLOCKED_CONTENT
+
+
+def test_sampled_calls_get_keys_from_the_transcript(monkeypatch):
+    gw = FakeGateway(lambda r, m: "same")
+    monkeypatch.setattr(ep, "policy", lambda name: AskingUser(5))
+    env = PolicyEnv(gw, None)
+    hot = model("t", temperature=1.0)
+    cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=2)
+    asyncio.run(ep.play(env, bench(cond), ITEM, cond, hot))
+    asyncio.run(ep.play(env, bench(cond), ITEM, cond, hot))
+    keys = [k for _, _, k in gw.calls]
+    assert keys[0] and keys[0] != keys[1] and keys[:2] == keys[2:]  # same prefix, same sample
+    assert ep.target_sample_key(model("t"), [{"role": "user", "content": "x"}]) is None
+
+
+def test_conditions_an_item_lacks_are_skipped():
+    b = bench(ConditionSpec(name="a", prompt="q"), ConditionSpec(name="b", prompt="missing"))
+    work, skipped = ep.plan_episodes(b, [ITEM], [model("t1"), model("t2")])
+    assert [(c.name, t.name) for _, c, t in work] == [("a", "t1"), ("a", "t2")]
+    assert skipped == {"b": 1}
+
+
+# ----- the judge protocol -------------------------------------------------------------------
+class Score(BaseModel):
+    score: int
+
+
+class EchoJudge(Judge):
+    def request(self, turn):
+        if self.role is None:
+            return None
+        return Request([{"role": "user", "content": f"rate: {turn.response}"}], Score)
+
+    def verdicts(self, turn, parsed):
+        if parsed is None:
+            return [Measure("length", float(len(turn.response)))]
+        return [Measure("score", float(parsed.score), reason="ok")]
+
+
+@dataclass
+class Ctx:
+    warehouse: Warehouse
+    gateway: FakeGateway
+    config: object
+    run_id: str = "run-1"
+
+
+@dataclass
+class Cfg:
+    spec: BenchmarkSpec
+
+
+def _store(wh, responses: dict[str, list[str]], status: dict[str, str] | None = None):
+    wh.write("bench_items", [ITEM.to_row("toy")])
+    eps, turns = [], []
+    for eid, answers in responses.items():
+        eps.append({"episode_id": eid, "benchmark": "toy", "item_id": "i1", "condition": "c",
+                    "target": "t", "user_policy": "x",
+                    "status": (status or {}).get(eid, "completed"), "termination": TURN_CAP,
+                    "n_turns": 2 * len(answers)})
+        for k, a in enumerate(answers):
+            turns += [{"episode_id": eid, "position": 2 * k, "role": "user", "model_turn": k + 1,
+                       "content": f"q{k}"},
+                      {"episode_id": eid, "position": 2 * k + 1, "role": "assistant",
+                       "model_turn": k + 1, "content": a}]
+    wh.write_many([("episodes", eps), ("episode_turns", turns)])
+
+
+def test_judges_send_each_distinct_request_once_and_fail_as_unscored(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    _store(wh, {"e1": ["same", "other"], "e2": ["same"]})
+
+    def answer(role, messages):
+        return fail("invalid_output") if "other" in messages[-1]["content"] else '{"score": 3}'
+
+    gw = FakeGateway(answer)
+    ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
+    judge = EchoJudge("echo", "echo_judge", ("score",))
+    exact = EchoJudge("exact", None, ("length",))
+    judges = [(judge, model("j")), (exact, None)]
+    out = asyncio.run(vd.judge_batch(ctx, judges, ["e1", "e2"]))
+    assert len(gw.calls) == 2  # "same" once for two turns, "other" once
+    rows = {(r["episode_id"], r["position"], r["measure"]): r for r in wh.query("SELECT * FROM verdicts")}
+    assert rows[("e1", 1, "score")]["value"] == 3.0 and rows[("e2", 1, "score")]["value"] == 3.0
+    bad = rows[("e1", 3, "score")]
+    assert bad["value"] is None and bad["reason"] == "invalid_output: boom"  # never a zero
+    assert rows[("e1", 3, "length")]["value"] == 5.0 and rows[("e1", 3, "length")]["call_hash"] is None
+    assert out["unscored"] == {"echo": 1, "exact": 0} and out["failed_calls"] == 1 and out["verdicts"] == 6
+
+    # Another judge model is another set; the views read each kind's latest set.
+    sets = [vd.verdict_set_id(judge, model("j")), vd.verdict_set_id(judge, model("j2"))]
+    assert sets[0] != sets[1] and vd.verdict_set_id(exact, None).startswith("exact-")
+
+
+def test_views_read_completed_episodes_and_the_latest_set(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    _store(wh, {"e1": ["a"], "e2": ["b"]}, status={"e2": "target_error"})
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    wh.write("verdict_sets", [
+        {"judgment_set_id": "old", "benchmark": "toy", "kind": "k", "prompt_version": "p",
+         "created": t0, "run_id": "r"},
+        {"judgment_set_id": "new", "benchmark": "toy", "kind": "k", "prompt_version": "p",
+         "created": t0 + dt.timedelta(hours=1), "run_id": "r"}])
+    rows = [{"judgment_set_id": s, "episode_id": e, "position": 1, "measure": "score",
+             "kind": "k", "model_turn": 1, "value": v}
+            for s, e, v in (("old", "e1", 1.0), ("new", "e1", 4.0), ("new", "e2", 2.0))]
+    wh.write("verdicts", rows)
+    got = wh.query("SELECT episode_id, value FROM episode_verdicts")
+    assert got == [{"episode_id": "e1", "value": 4.0}]  # e2 failed: left out; "old" superseded
+    cov = wh.query("SELECT n_episodes, n_completed, n_failed, n_turn_cap FROM episode_coverage")
+    assert cov == [{"n_episodes": 2, "n_completed": 1, "n_failed": 1, "n_turn_cap": 2}]
+
+
+# ----- specs --------------------------------------------------------------------------------
+def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
+    assert load_spec("carryon").stages == ["checklists", "simulate", "judge", "report"]
+    assert load_spec("carryon").condition_names == ["BC", "NC", "oracle"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\nconditions: []\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: conditions: "):
+        load_spec(str(bad))
+    bad.write_text("name: bad2\ntitle: Bad\nloader: nosuchloader\nconditions: [{name: a, prompt: q}]\n")
+    with pytest.raises(SpecError, match=r"loader: no module tasks.datasets.nosuchloader"):
+        load_spec(str(bad))
+    with pytest.raises(SpecError, match="no spec at"):
+        load_spec("no_such_benchmark")
+
+
+def test_single_turn_policy_stops():
+    from tasks.users.single_turn import POLICY
+
+    assert asyncio.run(POLICY.next(None, None)) == Stop(SINGLE_TURN)
