@@ -25,7 +25,8 @@ BATCHES_IN_FLIGHT = 4
 def run_work(ctx) -> tuple[list, dict, list]:
     """The run's items, its episodes (item, condition, target) and the skipped conditions."""
     items = run_items(ctx)
-    work, skipped = plan_episodes(ctx.config.spec, items, ctx.config.role_specs("targets"))
+    work, skipped = plan_episodes(ctx.config.spec, items, ctx.config.role_specs("targets"),
+                                  ctx.config.seed)
     return items, work, skipped
 
 

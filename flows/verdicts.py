@@ -23,7 +23,7 @@ def run_episode_ids(ctx) -> list[str]:
     """The run's episodes that are stored (played by this or an earlier run)."""
     spec = ctx.config.spec
     _, work, _ = run_work(ctx)
-    ids = [episode_id(spec.name, t.name, item.item_id, c.name) for item, c, t in work]
+    ids = [episode_id(spec.name, t.name, item.item_id, c.name, plan) for item, c, t, plan in work]
     stored = {r["episode_id"] for r in ctx.warehouse.query(
         "SELECT episode_id FROM episodes WHERE list_contains(?, episode_id)", [ids])}
     return [i for i in ids if i in stored]

@@ -38,6 +38,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class ScriptSpec(_Strict):
+    """Scripted flows (CarryOnBench's moves) for the ``scripted`` user: per conversation
+    length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
+
+    group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
+    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
+    per_length: int = Field(1, ge=1, le=100)
+
+
 class ConditionSpec(_Strict):
     """A named way of presenting an item: which of the item's prompts opens the episode,
     which user policy answers the target, and how many target turns it may take."""
@@ -46,6 +55,7 @@ class ConditionSpec(_Strict):
     prompt: str | None = None  # the key of item.prompts that opens the episode
     user: str = "single_turn"  # a module of tasks/users/
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
+    script: ScriptSpec | None = None  # the scripted user's flows
     description: str = ""
 
 

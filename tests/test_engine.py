@@ -148,7 +148,7 @@ def test_sampled_calls_get_keys_from_the_transcript(monkeypatch):
 def test_conditions_an_item_lacks_are_skipped():
     b = bench(ConditionSpec(name="a", prompt="q"), ConditionSpec(name="b", prompt="missing"))
     work, skipped = ep.plan_episodes(b, [ITEM], [model("t1"), model("t2")])
-    assert [(c.name, t.name) for _, c, t in work] == [("a", "t1"), ("a", "t2")]
+    assert [(c.name, t.name, p) for _, c, t, p in work] == [("a", "t1", ()), ("a", "t2", ())]
     assert skipped == {"b": 1}
 
 
@@ -262,3 +262,44 @@ def test_single_turn_policy_stops():
     from tasks.users.single_turn import POLICY
 
     assert asyncio.run(POLICY.next(None, None)) == Stop(SINGLE_TURN)
+
+
+# ----- the scripted user (CarryOnBench's moves on any benchmark's items) ---------------------
+def test_scripted_user_follows_carryonbench_flows(monkeypatch):
+    from tasks.bench import ScriptSpec
+    from tasks.flowgen import get_move, sample_flows
+    from tasks.users.scripted import POLICY
+
+    item = Item("i2", 0, {"q": "How do locks fail?"}, {"intent": "I repair doors for a living."})
+    cond = ConditionSpec(name="bc", prompt="q", user="scripted", max_turns=6,
+                         script=ScriptSpec(group="BC", lengths=[4, 6], per_length=1))
+    plans = POLICY.plans(item, cond, seed=3)
+    # The very flows CarryOnBench's sampler draws for this id and seed.
+    assert plans == [f.moves for f in sample_flows(3, "i2", [4, 6], 1, 0)]
+    assert [len(p) for p in plans] == [1, 2]
+
+    class Cfg:
+        def role_spec(self, role):
+            return model("sim")
+
+    prompts_seen = []
+
+    def answer(role, messages):
+        if role == "user_simulator":
+            prompts_seen.append(messages[0]["content"])
+            return "Sure, here is more."
+        return "An answer."
+
+    gw = FakeGateway(answer)
+    env = PolicyEnv(gw, Cfg())
+    monkeypatch.setattr(ep, "policy", lambda name: POLICY)
+    played = [asyncio.run(ep.play(env, bench(cond), item, cond, model("t"), plan=p)) for p in plans]
+    assert [p.episode["n_turns"] for p in played] == [4, 6]
+    assert all(p.episode["termination"] == TURN_CAP for p in played)
+    assert [p.episode["script"] for p in played] == [">".join(p) for p in plans]
+    assert len({p.episode["episode_id"] for p in played}) == 2
+    # Only a benign-clarification move is told the intent.
+    moves = [m for p in plans for m in p]
+    for move, text in zip(moves, prompts_seen):
+        assert ("I repair doors for a living." in text) == get_move(move).knows_intent
+    assert POLICY.calls(cond) == {"user_simulator": 2}

@@ -30,8 +30,16 @@ BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
 TARGET_ROLE = "targets"
 
 
-def episode_id(benchmark: str, target: str, item_id: str, condition: str) -> str:
-    return hashlib.sha256("\x1f".join((benchmark, target, item_id, condition)).encode()).hexdigest()[:20]
+def episode_id(benchmark: str, target: str, item_id: str, condition: str,
+               plan: tuple[str, ...] = ()) -> str:
+    parts = (benchmark, target, item_id, condition) + ((">".join(plan),) if plan else ())
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
+
+
+def plans_for(user, item: Item, condition: ConditionSpec, seed: int) -> list[tuple[str, ...]]:
+    """The scripts an item is played with (one episode each); the empty script by default."""
+    fn = getattr(user, "plans", None)
+    return [tuple(p) for p in fn(item, condition, seed)] if fn else [()]
 
 
 def policy(name: str):
@@ -57,10 +65,10 @@ def opening(item: Item, condition: ConditionSpec) -> str | None:
 
 
 async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: ConditionSpec,
-               target_spec, run_id: str | None = None) -> Played:
+               target_spec, run_id: str | None = None, plan: tuple[str, ...] = ()) -> Played:
     gw = env.gateway
     user = policy(condition.user)
-    eid = episode_id(bench.name, target_spec.name, item.item_id, condition.name)
+    eid = episode_id(bench.name, target_spec.name, item.item_id, condition.name, plan)
     first = opening(item, condition)
     assert first is not None, "episodes are built only for conditions the item has"
     transcript = [{"role": "user", "content": first}]
@@ -88,7 +96,8 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
         if model_turns >= condition.max_turns:
             termination = TURN_CAP
             break
-        state = EpisodeState(item, condition, target_spec.name, list(transcript), model_turns)
+        state = EpisodeState(item, condition, target_spec.name, list(transcript), model_turns,
+                             plan)
         nxt = await user.next(env, state)
         if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
             turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
@@ -107,21 +116,25 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
         transcript.append({"role": "user", "content": nxt.content})
     row = {"episode_id": eid, "benchmark": bench.name, "item_id": item.item_id,
            "condition": condition.name, "target": target_spec.name, "user_policy": user.name,
+           "script": ">".join(plan) if plan else None,
            "status": status, "termination": termination, "n_turns": len(turns),
            "error": error, "error_call_hash": error_hash, "run_id": run_id}
     return Played(row, turns)
 
 
-def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list) -> tuple[list, dict]:
-    """(item, condition, target spec) for every condition an item has, item-major; and the
-    count of (item, condition) pairs skipped because the item lacks the condition's prompt."""
+def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list,
+                  seed: int = 0) -> tuple[list, dict]:
+    """(item, condition, target spec, script) for every condition an item has and every
+    script its user plays, item-major; and the count of (item, condition) pairs skipped
+    because the item lacks the condition's prompt."""
     out, skipped = [], {}
     for item in items:
         for cond in bench.conditions:
             if opening(item, cond) is None:
                 skipped[cond.name] = skipped.get(cond.name, 0) + 1
                 continue
-            out.extend((item, cond, t) for t in targets)
+            for plan in plans_for(policy(cond.user), item, cond, seed):
+                out.extend((item, cond, t, plan) for t in targets)
     return out, skipped
 
 
@@ -129,8 +142,8 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     """Play a batch of episodes and write them (one transaction; an episode's earlier turns
     are replaced, so a shorter replay leaves no stale turn). Returns counts."""
     env = PolicyEnv(ctx.gateway, ctx.config)
-    played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id)
-                                    for item, cond, t in work))
+    played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id, plan)
+                                    for item, cond, t, plan in work))
     ids = [p.episode["episode_id"] for p in played]
     ctx.warehouse.write_many([
         ("episodes", [p.episode for p in played], None),

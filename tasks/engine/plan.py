@@ -22,14 +22,15 @@ def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
     spec = cfg.spec
     items = select_items(cfg, limit)
     targets = cfg.role_specs("targets")
-    work, skipped = plan_episodes(spec, items, targets)
+    work, skipped = plan_episodes(spec, items, targets, cfg.seed)
     n_eps = len(work)
-    target_calls = sum(c.max_turns for _, c, _ in work)
-    opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _ in work) // CHARS_PER_TOKEN
-                      // max(n_eps, 1))
+    # A scripted episode's length is its script's (plus the opening exchange).
+    target_calls = sum(min(c.max_turns, len(p) + 1) if p else c.max_turns for _, c, _, p in work)
+    opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _, _ in work)
+                      // CHARS_PER_TOKEN // max(n_eps, 1))
     calls: dict[str, int] = {"targets": target_calls}
     bound: set[str] = {"targets"} if any(c.max_turns > 1 for c in spec.conditions) else set()
-    for _, c, _ in work:
+    for _, c, _, _ in work:
         for role, n in policy(c.user).calls(c).items():
             calls[role] = calls.get(role, 0) + n
             bound.add(role)

@@ -7,7 +7,10 @@ A policy module exposes ``POLICY``, an object with:
 - ``async next(env, state) -> UserTurn | Stop``: what the user does after the target's last
   turn, from the item (its hidden intent or slots), the condition, the transcript so far and,
   where the policy reads it, the target's last act;
-- ``calls(condition) -> dict[role, int]``: an upper bound on its calls per episode (the plan).
+- ``calls(condition) -> dict[role, int]``: an upper bound on its calls per episode (the plan);
+- optionally ``plans(item, condition, seed) -> list[tuple[str, ...]]``: the scripts an item is
+  played with under the condition (one episode each; e.g. the scripted user's move
+  sequences). Without it, one episode with the empty script.
 
 The engine calls ``next`` only after a target turn and only while the condition's turn cap
 allows another exchange; the turn cap itself is the engine's stop rule (``turn_cap``). A
@@ -40,6 +43,7 @@ class EpisodeState:
     target: str
     transcript: list[dict]  # {"role": "user" | "assistant", "content": str}, both sides so far
     model_turns: int  # target turns so far
+    plan: tuple[str, ...] = ()  # the episode's script (the scripted user's moves), if any
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,14 @@ class Episode(SQLModel, table=True):
     """One item under one condition against one target."""
 
     __tablename__ = "episodes"
-    episode_id: str = Field(primary_key=True)  # hash of (benchmark, target, item_id, condition)
+    # hash of (benchmark, target, item_id, condition[, script])
+    episode_id: str = Field(primary_key=True)
     benchmark: str
     item_id: str
     condition: str
     target: str  # the target entry's name
     user_policy: str
+    script: str | None = None  # the scripted user's moves joined by '>' (NULL: no script)
     # completed | target_error | simulator_error | context_exceeded (the metric views keep
     # only completed episodes)
     status: str

@@ -1,0 +1,70 @@
+"""The scripted user: CarryOnBench's moves (benign clarification, pushback, rephrasing, ...)
+as a user policy of the episode engine, so any benchmark's items can be followed up the way
+CarryOnBench follows up its queries.
+
+A condition gives ``script: {group: BC | NC, lengths: [...], per_length: k}``; each item is
+played with the move sequences CarryOnBench's sampler draws for it (``tasks/flowgen.py``,
+seeded by the config's seed and the item id), one episode per sequence. Each user turn is
+written by the simulator from the move's template (``prompts/user/<move>.j2``) with the
+conversation so far; only benign-clarification moves see the item's benign intent
+(``item.hidden["intent"]``). When the script is spent the episode ends (``turn_cap``).
+"""
+
+from __future__ import annotations
+
+import prompts
+from tasks.flowgen import get_move, moves_for, sample_flows
+from tasks.simulate import clean_user_turn
+from tasks.users.base import TURN_CAP, Stop, UserTurn
+
+SIMULATOR = "user_simulator"
+
+
+class Scripted:
+    name = "scripted"
+    roles: tuple[str, ...] = (SIMULATOR,)
+
+    def plans(self, item, condition, seed: int) -> list[tuple[str, ...]]:
+        s = condition.script
+        if s is None:
+            raise ValueError(f"condition {condition.name}: the scripted user needs a script")
+        flows = sample_flows(seed, item.item_id, s.lengths,
+                             bc_per_length=s.per_length if s.group == "BC" else 0,
+                             nc_per_length=s.per_length if s.group == "NC" else 0)
+        return [f.moves for f in flows]
+
+    async def next(self, env, state):
+        k = state.model_turns - 1  # the k-th follow-up move (turn 1 is the item's prompt)
+        if k >= len(state.plan):
+            return Stop(TURN_CAP)
+        move = state.plan[k]
+        ctx = {"history": state.transcript, "move": move}
+        if get_move(move).knows_intent:
+            intent = state.item.hidden.get("intent")
+            if not intent:
+                return UserTurn(None, None, error=f"invalid_input: item {state.item.item_id} "
+                                "has no hidden intent for a benign-clarification move",
+                                error_kind="invalid_input")
+            ctx["intent"] = intent
+        messages = [{"role": "user", "content": prompts.render(f"user/{move}.j2", **ctx)}]
+        spec = env.spec(SIMULATOR)
+        r = await env.gateway.chat(spec, SIMULATOR, messages,
+                                   sample_key=env.sample_key(spec, "user", state.transcript,
+                                                             move))
+        if not r.ok:
+            return UserTurn(None, r.call_hash, error=f"{r.error_kind}: {r.error}",
+                            error_kind=r.error_kind)
+        text = clean_user_turn(r.content)
+        if not text:
+            return UserTurn(None, r.call_hash, error="empty_output: nothing left after "
+                            "removing labels and quotes", error_kind="empty_output")
+        return UserTurn(text, r.call_hash)
+
+    def calls(self, condition) -> dict[str, int]:
+        s = condition.script
+        if s is None:
+            return {}
+        return {SIMULATOR: max(moves_for(n) for n in s.lengths)}
+
+
+POLICY = Scripted()
