@@ -106,6 +106,23 @@ class BenchmarkSpec(_Strict):
     def max_turns(self) -> int:
         return max(c.max_turns for c in self.conditions)
 
+    def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
+        """(roles, optional roles) an episode-engine stage of this spec calls: the targets and
+        its user policies' roles for ``episodes``, its judges' roles for ``verdicts``."""
+        roles, optional = [], set()
+        if stage == "episodes":
+            roles = ["targets"]
+            for c in self.conditions:
+                roles += [r for r in module("tasks.users", c.user).POLICY.roles if r not in roles]
+        elif stage == "verdicts":
+            for name in self.judges:
+                judge = module("tasks.judges", name).JUDGE
+                if judge.role and judge.role not in roles:
+                    roles.append(judge.role)
+                    if judge.optional:
+                        optional.add(judge.role)
+        return roles, optional
+
 
 def spec_path(name_or_path: str) -> Path:
     p = Path(name_or_path)

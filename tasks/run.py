@@ -121,11 +121,12 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
         from tasks.engine.items import select_items
 
         select_items(cfg, limit)
-    roles = sorted({r for s in stages for r in STAGE_ROLES[s]})
+    by_stage, optional = _stage_roles(cfg, stages)
+    roles = sorted({r for s in stages for r in by_stage[s]})
     for role in roles:
-        if not cfg.role_specs(role) and role not in OPTIONAL_ROLES:
+        if not cfg.role_specs(role) and role not in optional:
             raise ConfigError(f"{cfg.source_path}: models.{role}: needed by stage(s) "
-                              f"{[s for s in stages if role in STAGE_ROLES[s]]} but not configured")
+                              f"{[s for s in stages if role in by_stage[s]]} but not configured")
     check_secrets(cfg, roles)
     seen: dict[str, str | None] = {}
     for role in roles:
@@ -135,6 +136,19 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
             if spec.api_base and seen[spec.api_base]:
                 raise ConfigError(f"{cfg.source_path}: {spec.where} ({spec.model}): api_base "
                                   f"{spec.api_base} is unreachable: {seen[spec.api_base]}")
+
+
+def _stage_roles(cfg: Config, stages: list[str]) -> tuple[dict[str, list[str]], set[str]]:
+    """The roles each selected stage calls, and those it calls only when configured: the
+    role table's for CarryOnBench's stages, the spec's (its users and judges) for the
+    episode engine's."""
+    if cfg.spec.engine != "episodes":
+        return {s: STAGE_ROLES[s] for s in stages}, set(OPTIONAL_ROLES)
+    out, optional = {}, set()
+    for s in stages:
+        out[s], opt = cfg.spec.stage_roles(s)
+        optional |= opt
+    return out, optional
 
 
 def check_home(home: Path, what: str = "home folder") -> None:

@@ -87,8 +87,8 @@ def test_single_turn_episode(monkeypatch):
     p = play(ConditionSpec(name="c", prompt="q"), gw, POLICY, monkeypatch)
     assert [t["role"] for t in p.turns] == ["user", "assistant"]
     assert p.turns[0]["content"] == "What is X?" and p.turns[0]["call_hash"] is None
-    # max_turns 1: the turn cap stops it before the policy is asked.
-    assert p.episode["status"] == "completed" and p.episode["termination"] == TURN_CAP
+    # max_turns 1: the cap stops it before the policy is asked; a single-turn episode.
+    assert p.episode["status"] == "completed" and p.episode["termination"] == SINGLE_TURN
     assert p.episode["n_turns"] == 2
 
 

@@ -2,7 +2,8 @@
 
 The opening user turn is the item's prompt for the condition, verbatim (no call). Then, in
 turn: the target answers (the whole transcript as chat messages); if the condition's turn
-cap is reached the episode stops (``turn_cap``); else the condition's user policy gives the
+cap is reached the episode stops (``turn_cap``; ``single_turn`` when the cap is one turn);
+else the condition's user policy gives the
 next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
 its termination reason; a failed call ends it with status ``target_error``,
 ``simulator_error`` or ``context_exceeded`` and termination ``error`` (its turns so far are
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec, module
 from tasks.engine.items import Item
-from tasks.users.base import ANSWERED, ERROR, TURN_CAP, EpisodeState, PolicyEnv, Stop, UserTurn
+from tasks.users.base import (
+    ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, PolicyEnv, Stop, UserTurn,
+)
 
 BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
 TARGET_ROLE = "targets"
@@ -94,7 +97,8 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
             termination = ANSWERED
             break
         if model_turns >= condition.max_turns:
-            termination = TURN_CAP
+            # One exchange by construction is a single-turn episode, not a cut-off one.
+            termination = SINGLE_TURN if condition.max_turns == 1 else TURN_CAP
             break
         state = EpisodeState(item, condition, target_spec.name, list(transcript), model_turns,
                              plan)
