@@ -303,3 +303,37 @@ def test_scripted_user_follows_carryonbench_flows(monkeypatch):
     for move, text in zip(moves, prompts_seen):
         assert ("I repair doors for a living." in text) == get_move(move).knows_intent
     assert POLICY.calls(cond) == {"user_simulator": 2}
+
+
+def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypatch):
+    from tasks.users.scripted_answer import POLICY
+
+    item = Item("i3", 0, {"question": "How tall is it?"}, {"intent": "I mean the tower, in metres."})
+    acts = iter(["clarifying_question", "direct_answer"])
+
+    def answer(role, messages):
+        if role == "act_judge":
+            return '{"reason": "r", "act": "%s", "on_target": null}' % next(acts)
+        return "Which one do you mean?" if len(messages) == 1 else "It is 300 m."
+
+    class Cfg:
+        def role_spec(self, role):
+            return model(role)
+
+    gw = FakeGateway(answer)
+    monkeypatch.setattr(ep, "policy", lambda name: POLICY)
+    cond = ConditionSpec(name="ask", prompt="question", user="scripted_answer", max_turns=3)
+    p = asyncio.run(ep.play(PolicyEnv(gw, Cfg()), bench(cond), item, cond, model("t")))
+    assert [t["content"] for t in p.turns] == [
+        "How tall is it?", "Which one do you mean?", "I mean the tower, in metres.", "It is 300 m."]
+    assert p.turns[2]["call_hash"] is None  # no model wrote it
+    assert [t["act"] for t in p.turns if t["role"] == "assistant"] == [
+        "clarifying_question", "direct_answer"]
+    assert p.episode["termination"] == ANSWERED
+    assert [r for r, _, _ in gw.calls].count("user_simulator") == 0
+
+    # Without a hidden intent there is nothing to say: a simulator error, never an answer.
+    acts = iter(["clarifying_question"])
+    bare = Item("i4", 0, {"question": "How tall is it?"})
+    p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond, model("t")))
+    assert p.episode["status"] == "simulator_error" and "no hidden intent" in p.episode["error"]

@@ -1,0 +1,49 @@
+"""A deterministic user: answers a clarifying question with the item's hidden intent, word
+for word, and otherwise lets the episode end. No simulator model, so no sampling: the
+reference user for ablations (is a target's gain after asking the simulator's doing?) and
+the user side of a reference-policy comparison.
+
+The act of the target's turn comes from the act judge with the request the verdicts stage
+sends later (as the reactive user does), so the stage reads it from the cache. A failed act
+call ends the episode as an error, never as an answer; an item without a hidden intent ends
+it as a simulator error (there is nothing to say), named in the episode's error.
+"""
+
+from __future__ import annotations
+
+from tasks.judges import act as act_judge
+from tasks.users.base import ANSWERED, Stop, UserTurn
+from tasks.users.reactive import ACT_ROLE, turn_view
+
+
+class ScriptedAnswer:
+    name = "scripted_answer"
+    roles: tuple[str, ...] = (ACT_ROLE,)
+
+    async def next(self, env, state):
+        turn = turn_view(state)
+        if turn.blocked or turn.response is None:
+            return Stop(ANSWERED, act="refusal")
+        req = act_judge.JUDGE.request(turn)
+        res = await env.gateway.chat(env.spec(ACT_ROLE), ACT_ROLE, req.messages, schema=req.schema)
+        if not res.ok or res.parsed is None:
+            return UserTurn(None, res.call_hash,
+                            error=f"{res.error_kind}: act judge: {res.error}",
+                            error_kind=res.error_kind or "invalid_output",
+                            act_call_hash=res.call_hash)
+        act = res.parsed.act
+        if act != act_judge.CLARIFYING:
+            return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
+        intent = (state.item.hidden.get("intent") or "").strip()
+        if not intent:
+            return UserTurn(None, None, error=f"invalid_input: item {state.item.item_id} has "
+                            "no hidden intent to answer with", error_kind="invalid_input",
+                            act=act, act_call_hash=res.call_hash)
+        return UserTurn(intent, None, act=act, act_call_hash=res.call_hash)
+
+    def calls(self, condition) -> dict[str, int]:
+        n = max(condition.max_turns - 1, 0)
+        return {ACT_ROLE: n} if n else {}
+
+
+POLICY = ScriptedAnswer()
