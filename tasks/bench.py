@@ -86,6 +86,11 @@ class BenchmarkSpec(_Strict):
             raise ValueError(f"conditions: duplicate name(s) {dup}")
         if self.engine == "episodes" and not self.loader:
             raise ValueError("loader: an episode benchmark needs a dataset loader")
+        if self.engine == "episodes":
+            bare = [c.name for c in self.conditions if not c.prompt]
+            if bare:
+                raise ValueError(f"conditions {bare}: an episode condition needs `prompt` (the "
+                                 "item's prompt that opens the episode)")
         return self
 
     @property

@@ -41,9 +41,12 @@ def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
             continue  # optional and not configured (pre-flight refuses a missing required one)
         judged.append(judge.kind)
         if judge.role:
-            # At most one call per target turn (the act judge's calls for turns the reactive
-            # user already read come from the cache).
-            calls[judge.role] = calls.get(judge.role, 0) + target_calls
+            # At most one call per target turn. A user policy that reads acts sends the act
+            # judge's very requests for the turns it reads, so those come from the cache: the
+            # role's distinct calls are the judge's alone.
+            shared = judge.role in {r for _, c, _, _ in work for r in policy(c.user).roles}
+            calls[judge.role] = (max(calls.get(judge.role, 0), target_calls) if shared
+                                 else calls.get(judge.role, 0) + target_calls)
             if spec.max_turns > 1:
                 bound.add(judge.role)
     target_out = max((s.max_tokens for s in targets), default=512) // 2
