@@ -45,6 +45,15 @@ class ScriptSpec(_Strict):
     group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
     lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
     per_length: int = Field(1, ge=1, le=100)
+    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        bad = [n for n in v if n not in (4, 6, 8, 10, 12)]
+        if bad:
+            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+        return v
 
 
 class ConditionSpec(_Strict):

@@ -7,7 +7,8 @@ played with the move sequences CarryOnBench's sampler draws for it (``tasks/flow
 seeded by the config's seed and the item id), one episode per sequence. Each user turn is
 written by the simulator from the move's template (``prompts/user/<move>.j2``) with the
 conversation so far; only benign-clarification moves see the item's benign intent
-(``item.hidden["intent"]``). When the script is spent the episode ends (``turn_cap``).
+(``item.hidden[script.intent]``, default ``intent``). When the script is spent the episode
+ends (``turn_cap``).
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ class Scripted:
         move = state.plan[k]
         ctx = {"history": state.transcript, "move": move}
         if get_move(move).knows_intent:
-            intent = state.item.hidden.get("intent")
+            key = state.condition.script.intent if state.condition.script else "intent"
+            intent = state.item.hidden.get(key)
             if not intent:
                 return UserTurn(None, None, error=f"invalid_input: item {state.item.item_id} "
-                                "has no hidden intent for a benign-clarification move",
+                                f"has no hidden {key!r} for a benign-clarification move",
                                 error_kind="invalid_input")
             ctx["intent"] = intent
         messages = [{"role": "user", "content": prompts.render(f"user/{move}.j2", **ctx)}]
