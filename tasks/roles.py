@@ -56,7 +56,7 @@ ROLE_TABLE: tuple[Role, ...] = (
     Role("safety_judge", ("judge",), "either", "judge/safety.j2", "SafetyVerdict", (450, 40),
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
-    Role("act_judge", ("episodes", "verdicts"), "one", "judges/act.j2", "ActVerdict", (400, 60),
+    Role("act_judge", ("episodes", "verdicts"), "one", "judges/act.j2", "ActVerdict", (700, 80),
          benchmarks=("clarify",), in_report=True),
     Role("helpfulness_judge", ("verdicts",), "one", "judges/helpfulness.j2",
          "HelpfulnessVerdict", (600, 120), benchmarks=("opensafeintent",), in_report=True),

@@ -1,15 +1,13 @@
 """OpenSafeIntent: the loader (sample, the published file's quirks, an error naming file, row
 and field for everything else), the two judges (rendering, parsing, blocked turns) and the
-metric views on hand-written rows whose every number is computed by hand below. When the
-episode engine is ready (/tmp/lead/engine_ready), the whole pipeline against the loopback
-server."""
+metric views on hand-written rows whose every number is computed by hand below, and the
+whole pipeline against the loopback server."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -359,12 +357,7 @@ def test_report_section(tmp_path):
 
 # ----- the whole pipeline ------------------------------------------------------------------------
 
-ENGINE_READY = Path("/tmp/lead/engine_ready")
-
-
 @pytest.mark.e2e
-@pytest.mark.skipif(not ENGINE_READY.exists() and not os.environ.get("CARRYON_ENGINE_READY"),
-                    reason="the episode engine is not ready yet (/tmp/lead/engine_ready)")
 def test_pipeline_end_to_end(prefect_harness, llm_server, tmp_path):
     from flows.carryon import carryon
 

@@ -111,7 +111,9 @@ def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView
     return out
 
 
-def _sample_key(model, messages: list[dict]) -> str | None:
+def verdict_sample_key(model, messages: list[dict]) -> str | None:
+    """A sampled judge's key from its request (a user policy that reads acts uses it too, so
+    the verdicts stage finds its calls in the cache)."""
     if not model.temperature:
         return None
     return "verdict:" + _hash(messages)
@@ -139,7 +141,7 @@ async def judge_batch(ctx, judges: list, episode_ids: list[str]) -> dict:
     keys = list(requests)
     results = await asyncio.gather(*(
         gw.chat(m, judges[k[0]][0].role, r.messages, schema=r.schema,
-                sample_key=_sample_key(m, r.messages)) for k in keys for m, r in [requests[k]]))
+                sample_key=verdict_sample_key(m, r.messages)) for k in keys for m, r in [requests[k]]))
     by_key = dict(zip(keys, results))
     set_ids = [verdict_set_id(j, m) for j, m in judges]
     rows, unscored = [], Counter()

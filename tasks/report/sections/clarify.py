@@ -1,0 +1,101 @@
+"""The clarify report section: per target, how often it asks on ambiguous and on unambiguous
+questions (``clarify_summary`` / ``clarify_rates``), whether its questions target the actual
+ambiguity, and the final answer's accuracy by path (``clarify_accuracy``): answered
+directly, after asking, after an on-target clarification, and on the disambiguated question.
+warehouse/views_clarify.sql states every rule (C1-C7). Each number is shown with the count
+it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is scored."""
+
+from __future__ import annotations
+
+TITLE = "Clarify or answer: asking when a question is ambiguous"
+
+PATHS = (
+    ("answered_directly", "answered without asking"),
+    ("after_asking", "after asking"),
+    ("after_on_target", "after an on-target question"),
+    ("disambiguated", "disambiguated question"),
+)
+
+
+def _pct(value, n=None) -> str:
+    if value is None:
+        return "n/a"
+    text = f"{100 * value:.1f}%"
+    return f"{text} (n={n})" if n is not None else text
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judged") -> str:
+    r = rates.get((target, "ask", ambiguous))
+    return "n/a" if r is None else _pct(r[col], r[n])
+
+
+def section(wh, benchmark: str) -> str:
+    if benchmark != "clarify":
+        return f"Not computed: this section reads the clarify views, not {benchmark}'s."
+    try:
+        summary = wh.query("SELECT * FROM clarify_summary ORDER BY target")
+        rates = wh.query("SELECT * FROM clarify_rates ORDER BY target, condition, ambiguous")
+        acc = wh.query("SELECT * FROM clarify_accuracy ORDER BY target, ambiguous DESC, path")
+    except Exception as e:  # an old warehouse without the views: say so, never crash
+        return f"Not computed: the clarify views cannot be read ({' '.join(str(e).split())[:200]})."
+    if not summary:
+        return ("Not computed: no completed clarify episode has verdicts yet "
+                "(run the episodes and verdicts stages).")
+    by = {(r["target"], r["condition"], r["ambiguous"]): r for r in rates}
+    lines = ["The first act is the act judge's reading of the target's first response. "
+             "Under-clarification: an ambiguous question answered without asking; "
+             "over-clarification: an unambiguous question met with a question. Unscored "
+             "verdicts are left out and counted (rules C1-C7 in warehouse/views_clarify.sql).",
+             ""]
+    targets = [r["target"] for r in summary]
+    rows = [
+        ["asks on ambiguous questions"] + [_rate(by, t, True, "clarify_rate") for t in targets],
+        ["under-clarification (ambiguous, answered)"]
+        + [_rate(by, t, True, "answer_without_asking_rate") for t in targets],
+        ["refuses on ambiguous questions"] + [_rate(by, t, True, "refusal_rate") for t in targets],
+        ["over-clarification (unambiguous, asked)"]
+        + [_rate(by, t, False, "clarify_rate") for t in targets],
+        ["questions on target"]
+        + [_rate(by, t, True, "on_target_rate", "n_on_target_judged") for t in targets],
+        ["first act unscored (left out)"] + [str(r["n_act_unscored"]) for r in summary],
+    ]
+    lines += _table(["measure"] + targets, rows)
+
+    if acc:
+        have_equiv = any(r["n_equiv_scored"] for r in acc)
+        order = {p: i for i, (p, _) in enumerate(PATHS)}
+        names = dict(PATHS)
+        acc.sort(key=lambda r: (r["target"], not r["ambiguous"], order.get(r["path"], 99)))
+        lines += ["", "Final answer accuracy (exact match and token F1 are SQuAD-style; "
+                  "'contains' = a reference occurs in the response):", ""]
+        headers = ["target", "items", "path", "scored / episodes", "exact match", "token F1",
+                   "contains"] + (["equivalent"] if have_equiv else [])
+        body = []
+        for r in acc:
+            row = [r["target"], "ambiguous" if r["ambiguous"] else "unambiguous",
+                   names.get(r["path"], r["path"]),
+                   f"{r['n_scored']} / {r['n_episodes']}"
+                   + (f" ({r['n_unscored']} unscored)" if r["n_unscored"] else ""),
+                   _pct(r["exact_match"]), _pct(r["token_f1"]), _pct(r["contains"])]
+            if have_equiv:
+                row.append(_pct(r["equivalent"], r["n_equiv_scored"]))
+            body.append(row)
+        lines += _table(headers, body)
+        gaps = [[r["target"], _num(r["gap_contains"]), _num(r["gap_token_f1"]),
+                 _num(r["gap_equivalent"])] for r in summary]
+        lines += ["", "The gap (ambiguous items): accuracy after an on-target clarification "
+                  "minus accuracy on the disambiguated question (negative: clarifying did "
+                  "not recover what stating the intent up front gives).", ""]
+        lines += _table(["target", "contains", "token F1", "equivalent"], gaps)
+    else:
+        lines += ["", "Not computed: no final answer has a reference verdict yet."]
+    return "\n".join(lines)

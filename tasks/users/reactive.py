@@ -1,0 +1,103 @@
+"""The reactive user (clarify): answers a clarifying question from the item's hidden intent,
+and otherwise lets the episode end.
+
+After each target turn (the engine calls ``next`` only while the turn cap allows another
+exchange), the act judge classifies the response with exactly the request the verdicts stage
+sends later (tasks/judges/act.py: messages from the item, the history and the response only),
+so the stage reads the act from the gateway's cache instead of paying for it twice.
+
+- ``clarifying_question``: the simulated user (``user_simulator``, prompts/user/reactive.j2)
+  replies from ``item.hidden`` (intent, slots), in the voice of an optional persona
+  (``item.hidden["persona"]`` or ``item.meta["persona"]``). It never sees the reference
+  answers, so it cannot give them away; asked for something its facts do not settle it says
+  it does not know or has no preference.
+- any other act: ``Stop("answered")``; a blocked target turn is a refusal (no call).
+
+A failed act call ends the episode as an error (a ``UserTurn`` with ``error``), never as an
+answer: an unclassified turn counted as "answered" would bias the clarification rate down.
+Its ``call_hash`` is the failed act call's, so the episode row points at it.
+"""
+
+from __future__ import annotations
+
+import prompts
+from tasks.engine.verdicts import verdict_sample_key
+from tasks.judges import act as act_judge
+from tasks.judges.base import TurnView
+from tasks.users.base import ANSWERED, Stop, UserTurn
+
+TEMPLATE = "user/reactive.j2"
+ACT_ROLE = "act_judge"
+SIM_ROLE = "user_simulator"
+
+
+def turn_view(state) -> TurnView:
+    """The target's last turn as the act judge sees it (the same fields the verdicts stage
+    fills; the request reads only item, history and response)."""
+    t = state.transcript
+    last = t[-1]
+    return TurnView(item=state.item, condition=state.condition.name, episode_id="",
+                    position=len(t) - 1, model_turn=state.model_turns,
+                    prompt=t[0]["content"], response=last.get("content"),
+                    history=tuple({"role": x["role"], "content": x["content"]} for x in t[:-1]),
+                    is_last=False, blocked=bool(last.get("blocked")))
+
+
+def simulator_messages(item, transcript: list[dict]) -> list[dict]:
+    hidden = item.hidden
+    persona = hidden.get("persona") or item.meta.get("persona")
+    slots = hidden.get("slots") or {}
+    facts = [f"{k.replace('_', ' ')}: {v}" for k, v in slots.items() if v not in (None, "")]
+    # The opening turn holds the whole document; the user only needs its own question.
+    later = [{"role": x["role"], "content": x["content"] or ""} for x in transcript[1:]]
+    text = prompts.render(TEMPLATE, question=hidden.get("question") or transcript[0]["content"],
+                          intent=hidden.get("intent"), facts=facts, persona=persona,
+                          history=later)
+    return [{"role": "user", "content": text}]
+
+
+def _error(result, who: str) -> str:
+    return f"{result.error_kind}: {who}: {result.error}"
+
+
+class Reactive:
+    name = "reactive"
+    roles: tuple[str, ...] = (ACT_ROLE, SIM_ROLE)
+
+    async def next(self, env, state):
+        turn = turn_view(state)
+        if turn.blocked or turn.response is None:
+            return Stop(ANSWERED, act="refusal")
+        req = act_judge.JUDGE.request(turn)
+        spec = env.spec(ACT_ROLE)
+        # The verdicts stage's own sample key for this request (None at temperature 0), so a
+        # sampled act judge still finds the policy's answer in the cache.
+        res = await env.gateway.chat(spec, ACT_ROLE, req.messages, schema=req.schema,
+                                     sample_key=verdict_sample_key(spec, req.messages))
+        if not res.ok or res.parsed is None:
+            return UserTurn(None, res.call_hash, error=_error(res, "act judge"),
+                            error_kind=res.error_kind or "invalid_output",
+                            act=None, act_call_hash=res.call_hash)
+        act = res.parsed.act
+        if act != act_judge.CLARIFYING:
+            return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
+        spec = env.spec(SIM_ROLE)
+        sim = await env.gateway.chat(spec, SIM_ROLE, simulator_messages(state.item, state.transcript),
+                                     sample_key=env.sample_key(spec, "user", state.transcript))
+        content = (sim.content or "").strip() if sim.ok else ""
+        if not sim.ok or not content:
+            return UserTurn(None, sim.call_hash,
+                            error=_error(sim, "user simulator") if not sim.ok
+                            else "empty_output: user simulator: no text",
+                            error_kind=sim.error_kind or "empty_output",
+                            act=act, act_call_hash=res.call_hash)
+        return UserTurn(content, sim.call_hash, act=act, act_call_hash=res.call_hash)
+
+    def calls(self, condition) -> dict[str, int]:
+        # next() runs after every target turn but the last: one act call and at most one
+        # simulator call each.
+        n = max(condition.max_turns - 1, 0)
+        return {ACT_ROLE: n, SIM_ROLE: n} if n else {}
+
+
+POLICY = Reactive()
