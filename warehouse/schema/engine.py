@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from sqlalchemy import Double
 from sqlmodel import Field, SQLModel
 
 
@@ -84,7 +85,8 @@ class Verdict(SQLModel, table=True):
     measure: str = Field(primary_key=True)  # e.g. score, act, exact_match, token_f1
     kind: str
     model_turn: int
-    value: float | None = None  # the number (a score, 0/1, an F1)
+    # The number (a score, 0/1, an F1), in DOUBLE: a 4-byte REAL would store 2/3 as 0.6666667.
+    value: float | None = Field(default=None, sa_type=Double)
     label: str | None = None  # a category (an act), where the measure has one
     reason: str | None = None  # the judge's reasoning, or why it is unscored
     call_hash: str | None = None
