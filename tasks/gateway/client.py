@@ -1,53 +1,35 @@
 """The one LLM gateway: every model call of CarryOnBench goes through ``Gateway``.
 
-It owns litellm (no other module imports it), the content-hash cache, per-model concurrency
-and rpm limits, retries with backoff, structured output and its validation, and a provenance
-record per call. Model failures never raise: they come back as a ``CallResult`` with
+It owns litellm (no other module imports it; its helpers are in transport.py), the
+content-hash cache, per-model concurrency and rpm limits, retries with backoff, structured
+output and its validation, and a provenance record per call. Model failures never raise: they come back as a ``CallResult`` with
 ``error`` set, so a stage can record them as data. Configuration mistakes do raise.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
-import os
 import random
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from tasks.config import GatewayConfig, ModelSpec, api_key_for
 from tasks.gateway.cache import ResponseCache
 from tasks.gateway.junk import junk_reason
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
+# The litellm helpers; re-exported here, where the plan, tests and benchmarks import them.
+from tasks.gateway.transport import (  # noqa: F401
+    _FENCE, _SAFETY_MARKS, _is_safety_block, _litellm, _reasoning_tokens, _retry_after,
+    _schema_json, _supported_params, _with_schema_instructions, parse_structured,
+    response_format_for, schema_doc,
+)
 
 log = logging.getLogger("carryon.gateway")
-
-_LITELLM = None
-
-
-def _litellm():
-    """Import litellm on first real request: it costs seconds, and a fully cached run
-    never needs it."""
-    global _LITELLM
-    if _LITELLM is None:
-        # The price map is otherwise fetched over the network at import.
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        os.environ.setdefault("LITELLM_LOG", "ERROR")
-        import litellm
-
-        litellm.suppress_debug_info = True
-        litellm.telemetry = False
-        litellm.drop_params = False  # never silently drop seed or response_format
-        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
-        _LITELLM = litellm
-    return _LITELLM
 
 
 class ServerUnavailable(Exception):
@@ -94,115 +76,6 @@ class _Stats:
     hits: int = 0
     failures: int = 0
     retries: int = 0
-
-
-@functools.lru_cache(maxsize=512)
-def schema_doc(schema_cls: type[BaseModel]) -> dict:
-    """A model's JSON schema, computed once per class: pydantic rebuilds it on every call
-    (about 0.3 ms), and every structured call needs it for its cache key. Callers must not
-    mutate the returned dict (``response_format_for`` copies it before it leaves the gateway).
-    Bounded: stages build a few classes per query (merge, misuse) and those come and go."""
-    return schema_cls.model_json_schema()
-
-
-@functools.lru_cache(maxsize=512)
-def _schema_json(schema_cls: type[BaseModel]) -> str:
-    return json.dumps(schema_doc(schema_cls))
-
-
-def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | None:
-    # A fresh copy per request (litellm or a provider adapter may edit the schema it is
-    # handed); parsing the cached JSON is several times cheaper than copy.deepcopy.
-    schema = json.loads(_schema_json(schema_cls))
-    if structured == "json_schema":
-        return {"type": "json_schema",
-                "json_schema": {"name": schema_cls.__name__, "schema": schema}}
-    if structured == "json_object":
-        # llama.cpp and vLLM accept the schema beside json_object and constrain decoding to it.
-        return {"type": "json_object", "schema": schema}
-    return None  # "prompt": the schema travels in the prompt instead
-
-
-def _with_schema_instructions(messages: list[dict], schema_cls: type[BaseModel]) -> list[dict]:
-    """Fallback for providers without structured output: state the schema in the prompt."""
-    note = ("\n\nAnswer with a single JSON object and nothing else. It must match this JSON "
-            "schema:\n" + _schema_json(schema_cls))
-    out = [dict(m) for m in messages]
-    out[-1]["content"] = out[-1]["content"] + note
-    return out
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.S)
-
-
-def parse_structured(content: str, schema_cls: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    """Validate an answer against the role's pydantic model: (object, None) or (None, reason)."""
-    text = _FENCE.sub("", content.strip())
-    if not text.startswith("{"):
-        start, end = text.find("{"), text.rfind("}")
-        if start != -1 and end > start:
-            text = text[start:end + 1]
-    try:
-        return schema_cls.model_validate_json(text), None
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "answer"
-        return None, f"{where}: {err['msg']}"
-
-
-@functools.lru_cache(maxsize=256)
-def _supported_params(model: str) -> frozenset:
-    """The OpenAI-style parameters litellm's adapter for ``model`` accepts (once per model)."""
-    try:
-        return frozenset(_litellm().get_supported_openai_params(model=model) or [])
-    except Exception:
-        return frozenset()
-
-
-def _reasoning_tokens(usage) -> int:
-    """usage.completion_tokens_details.reasoning_tokens, 0 where the provider says nothing."""
-    details = getattr(usage, "completion_tokens_details", None)
-    if isinstance(details, dict):
-        value = details.get("reasoning_tokens")
-    else:
-        value = getattr(details, "reasoning_tokens", None)
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-_SAFETY_MARKS = ("content_policy_violation", "content_filter", "content management policy",
-                 "content filtering policy", "safety system")
-
-
-def _is_safety_block(exc: Exception) -> bool:
-    """A bad-request error the provider marks as a safety block, where litellm did not map it
-    to ContentPolicyViolationError (e.g. Azure's code "content_filter" on another adapter)."""
-    status = getattr(exc, "status_code", None)
-    if status is not None and str(status) != "400":
-        return False
-    text = f"{getattr(exc, 'code', '') or ''} {exc}".lower()
-    return any(m in text for m in _SAFETY_MARKS)
-
-
-def _retry_after(exc: Exception) -> float | None:
-    """Seconds the provider asked us to wait (Retry-After), if it said."""
-    for headers in (getattr(exc, "headers", None),
-                    getattr(getattr(exc, "response", None), "headers", None),
-                    getattr(exc, "litellm_response_headers", None)):
-        if not headers:
-            continue
-        try:
-            value = headers.get("retry-after") or headers.get("Retry-After")
-        except Exception:
-            continue
-        if value is not None:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                return None
-    return None
 
 
 class Gateway:
