@@ -272,7 +272,9 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
     try:
         cfg = load_config(config)
         if cfg.spec.engine == "episodes":
-            return _data_items(cfg, json_out, limit)
+            from flows.cli_episodes import print_items
+
+            return print_items(cfg, json_out, limit)
         queries = select_queries(cfg, limit=limit)
     except (ConfigError, DataError) as e:
         _fail(str(e))
@@ -283,27 +285,6 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
     _print_table([{"id": q.query_id, "category": q.category, "query": q.query,
                    "context": q.context_line()} for q in queries])
     typer.echo(f"{len(queries)} queries selected")
-
-
-def _data_items(cfg, json_out: bool, limit: Optional[int]) -> None:
-    """``carryon data`` for an episode benchmark: its items, the conditions each can take."""
-    from tasks.engine.episode import opening
-    from tasks.engine.items import select_items
-
-    items = select_items(cfg, limit)
-    rows = []
-    for it in items:
-        conds = [c.name for c in cfg.spec.conditions if opening(it, c) is not None]
-        if json_out:
-            typer.echo(json.dumps({"item_id": it.item_id, "source_row": it.source_row,
-                                   "prompts": it.prompts, "meta": it.meta, "conditions": conds}))
-            continue
-        first = next(iter(it.prompts.values()), "")
-        rows.append({"id": it.item_id, "row": it.source_row, "conditions": ",".join(conds),
-                     "meta": json.dumps(it.meta, ensure_ascii=False), "prompt": first})
-    if not json_out:
-        _print_table(rows)
-        typer.echo(f"{len(items)} items selected ({cfg.spec.title})")
 
 
 @app.command("flows")
@@ -341,31 +322,15 @@ def report(config: str = ConfigOpt,
     try:
         cfg = load_config(config)
         if cfg.spec.engine == "episodes":
-            typer.echo(f"report: {_episode_report(cfg, run_id)}")
+            from flows.cli_episodes import episode_report
+
+            typer.echo(f"report: {episode_report(cfg, run_id)}")
             return
         out = write_report(cfg, run_id)
     except (ConfigError, ReportError) as e:
         _fail(str(e))
     _print_table(summary_rows(Warehouse(cfg.home_path / "warehouse.duckdb")))
     typer.echo(f"report: {out}")
-
-
-def _episode_report(cfg, run_id: Optional[str]):
-    from tasks.report import ReportError
-    from tasks.report.episodes import write
-    from warehouse import Warehouse
-
-    path = cfg.home_path / "warehouse.duckdb"
-    if not path.exists():
-        raise ReportError(f"{path}: no warehouse yet (run `carryon run` first)")
-    wh = Warehouse(path).init()
-    if run_id is None:
-        rows = wh.query("SELECT run_id FROM runs ORDER BY started DESC LIMIT 1")
-        if not rows:
-            raise ReportError(f"{path}: no run recorded yet (run `carryon run` first)")
-        run_id = rows[0]["run_id"]
-    folder, _ = write(cfg, wh, run_id)
-    return folder
 
 
 @local_app.command("start")

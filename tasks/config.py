@@ -236,7 +236,8 @@ class Config(_Strict):
         try:
             return load_spec(self.benchmark)
         except SpecError as e:
-            raise ConfigError(f"{self.source_path or 'config'}: benchmark: {e}") from None
+            # The spec's own message names the benchmark (or the spec file and its field).
+            raise ConfigError(f"{self.source_path or 'config'}: {e}") from None
 
     # ----- resolved views -------------------------------------------------------------------
     @property
@@ -388,30 +389,6 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
                               f"(its roles: {', '.join(allowed)})")
 
 
-# The embedded local model (`carryon local-model`) is served under "openai/local-<name>"; a run
-# that uses it for any role is a smoke run of the pipeline, and its outputs say so.
-LOCAL_MODEL_PREFIX = "openai/local-"
-
-
-def is_smoke_model(model: str | None) -> bool:
-    return bool(model) and str(model).startswith(LOCAL_MODEL_PREFIX)
-
-
-def api_key_for(spec: ModelSpec) -> str | None:
-    """The API key of a model entry, read from the environment at call time.
-
-    CARRYON_API_KEY, when set, is the key of every entry (one switch for one server)."""
-    if os.environ.get("CARRYON_API_KEY"):
-        return os.environ["CARRYON_API_KEY"]
-    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
-
-
-def check_secrets(cfg: Config, roles: list[str]) -> None:
-    """Fail before any work if a named key variable is unset (the message names it)."""
-    for role in roles:
-        for spec in cfg.role_specs(role):
-            if spec.api_key_env and not os.environ.get(spec.api_key_env) and not os.environ.get("CARRYON_API_KEY"):
-                raise ConfigError(
-                    f"{cfg.source_path or 'config'}: {spec.where} ({spec.model}): environment "
-                    f"variable {spec.api_key_env} is not set"
-                )
+# What a model entry reads from the environment at call time (its key) and whether it is the
+# embedded local model live in tasks/model_env.py; imported here, where callers look for them.
+from tasks.model_env import LOCAL_MODEL_PREFIX, api_key_for, check_secrets, is_smoke_model  # noqa: E402,F401

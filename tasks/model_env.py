@@ -1,0 +1,40 @@
+"""What a model entry reads from the environment at call time, and the embedded local model.
+
+Keys are never stored: ``api_key_for`` reads the variable an entry names (or CARRYON_API_KEY,
+the key of every entry) when a call is made; ``check_secrets`` fails before any work when a
+named variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The embedded local model (`carryon local-model`) is served under "openai/local-<name>"; a run
+# that uses it for any role is a smoke run of the pipeline, and its outputs say so.
+LOCAL_MODEL_PREFIX = "openai/local-"
+
+
+def is_smoke_model(model: str | None) -> bool:
+    return bool(model) and str(model).startswith(LOCAL_MODEL_PREFIX)
+
+
+def api_key_for(spec) -> str | None:
+    """The API key of a model entry, read from the environment at call time.
+
+    CARRYON_API_KEY, when set, is the key of every entry (one switch for one server)."""
+    if os.environ.get("CARRYON_API_KEY"):
+        return os.environ["CARRYON_API_KEY"]
+    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
+
+
+def check_secrets(cfg, roles: list[str]) -> None:
+    """Fail before any work if a named key variable is unset (the message names it)."""
+    from tasks.config import ConfigError
+
+    for role in roles:
+        for spec in cfg.role_specs(role):
+            if spec.api_key_env and not os.environ.get(spec.api_key_env) and not os.environ.get("CARRYON_API_KEY"):
+                raise ConfigError(
+                    f"{cfg.source_path or 'config'}: {spec.where} ({spec.model}): environment "
+                    f"variable {spec.api_key_env} is not set"
+                )
