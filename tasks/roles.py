@@ -62,6 +62,9 @@ ROLE_TABLE: tuple[Role, ...] = (
          "HelpfulnessVerdict", (600, 120), benchmarks=("opensafeintent",), in_report=True),
     Role("harmfulness_judge", ("verdicts",), "one", "judges/harmfulness.j2",
          "HarmfulnessVerdict", (600, 120), benchmarks=("opensafeintent",), in_report=True),
+    # Embeddings through the gateway (tasks/gateway/embed.py), for studies that measure in
+    # embedding space (intent drift); no stage of the built-in benchmarks calls it yet.
+    Role("embedder", (), "one", None, None, (200, 0), optional=True, benchmarks=(ANY,)),
     Role("equivalence_judge", ("verdicts",), "one", "judges/equivalence.j2",
          "EquivalenceVerdict", (300, 60), optional=True, benchmarks=("clarify",)),
 )

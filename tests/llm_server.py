@@ -252,6 +252,28 @@ class LLMServer:
                 "index": 0, "finish_reason": finish, "text": content, "logprobs": None}]}
         return web.json_response(base)
 
+    async def _embed(self, request: web.Request) -> web.Response:
+        """Embeddings: 8 numbers per input from a hash of its text (same text, same vector);
+        the injected 500 fault applies here too."""
+        body = await request.json()
+        role = request.headers.get("x-carryon-role", "")
+        self.counts["total"] += 1
+        self.counts[role] += 1
+        if self.record:
+            self.requests.append({"role": role, "headers": dict(request.headers), "body": body})
+        if self._rng.random() < self.faults.error500:
+            self.counts["fault_500"] += 1
+            return web.json_response({"error": {"message": "injected 500", "type": "server_error"}},
+                                     status=500)
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        data = [{"object": "embedding", "index": i,
+                 "embedding": [b / 255.0 for b in hashlib.sha256(t.encode()).digest()[:8]]}
+                for i, t in enumerate(texts)]
+        tokens = max(1, sum(len(t) for t in texts) // 4)
+        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
+                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
 
@@ -260,6 +282,9 @@ class LLMServer:
 
         async def completions(request):
             return await self._handle(request, "text")
+
+        async def embeddings(request):
+            return await self._embed(request)
 
         async def models(request):
             return web.json_response({"object": "list", "data": [{"id": "test", "object": "model"}]})
@@ -281,6 +306,7 @@ class LLMServer:
         for prefix in ("", "/v1"):
             app.router.add_post(f"{prefix}/chat/completions", chat)
             app.router.add_post(f"{prefix}/completions", completions)
+            app.router.add_post(f"{prefix}/embeddings", embeddings)
             app.router.add_get(f"{prefix}/models", models)
         app.router.add_get("/_stats", stats)
         app.router.add_post("/_reset", reset)

@@ -64,6 +64,7 @@ class CallResult:
     # True when the call failed because the server could not be reached at all (connection
     # refused or reset), as opposed to an answer that was an error.
     connect_failed: bool = False
+    vectors: list | None = None  # embeddings (tasks/gateway/embed.py): one per input text
 
     @property
     def ok(self) -> bool:
