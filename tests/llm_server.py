@@ -184,13 +184,18 @@ class LLMServer:
         self.counts.clear()
         self.max_inflight = 0
 
-    async def _handle(self, request: web.Request, kind: str) -> web.Response:
+    async def _arrived(self, request: web.Request) -> tuple[dict, str]:
+        """Count and record a request: (its JSON body, its role header)."""
         body = await request.json()
         role = request.headers.get("x-carryon-role", "")
         self.counts["total"] += 1
         self.counts[role] += 1
         if self.record:
             self.requests.append({"role": role, "headers": dict(request.headers), "body": body})
+        return body, role
+
+    async def _handle(self, request: web.Request, kind: str) -> web.Response:
+        body, role = await self._arrived(request)
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
@@ -255,12 +260,7 @@ class LLMServer:
     async def _embed(self, request: web.Request) -> web.Response:
         """Embeddings: 8 numbers per input from a hash of its text (same text, same vector);
         the injected 500 fault applies here too."""
-        body = await request.json()
-        role = request.headers.get("x-carryon-role", "")
-        self.counts["total"] += 1
-        self.counts[role] += 1
-        if self.record:
-            self.requests.append({"role": role, "headers": dict(request.headers), "body": body})
+        body, _ = await self._arrived(request)
         if self._rng.random() < self.faults.error500:
             self.counts["fault_500"] += 1
             return web.json_response({"error": {"message": "injected 500", "type": "server_error"}},

@@ -7,17 +7,8 @@ import asyncio
 
 import pytest
 
-from tasks.gateway import Gateway
 from tasks.gateway.embed import embed, embed_key
-from tests.test_gateway import spec_for
-
-
-@pytest.fixture
-def gateway(tmp_path):
-    g = Gateway(tmp_path / "cache", "run-test")
-    g.cfg.backoff_base_s, g.cfg.backoff_max_s = 0.01, 0.05
-    yield g
-    g.close()
+from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 
 
 def test_embeddings_are_cached_by_content(gateway, llm_server):

@@ -7,6 +7,8 @@ it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is sco
 
 from __future__ import annotations
 
+from tasks.report.sections import md_table, read_views
+
 TITLE = "Clarify or answer: asking when a question is ambiguous"
 
 PATHS = (
@@ -28,11 +30,6 @@ def _num(value) -> str:
     return "n/a" if value is None else f"{value:+.3f}"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
-
 def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judged") -> str:
     r = rates.get((target, "ask", ambiguous))
     return "n/a" if r is None else _pct(r[col], r[n])
@@ -41,12 +38,13 @@ def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judge
 def section(wh, benchmark: str) -> str:
     if benchmark != "clarify":
         return f"Not computed: this section reads the clarify views, not {benchmark}'s."
-    try:
-        summary = wh.query("SELECT * FROM clarify_summary ORDER BY target")
-        rates = wh.query("SELECT * FROM clarify_rates ORDER BY target, condition, ambiguous")
-        acc = wh.query("SELECT * FROM clarify_accuracy ORDER BY target, ambiguous DESC, path")
-    except Exception as e:  # an old warehouse without the views: say so, never crash
-        return f"Not computed: the clarify views cannot be read ({' '.join(str(e).split())[:200]})."
+    views = read_views(wh, {
+        "summary": "SELECT * FROM clarify_summary ORDER BY target",
+        "rates": "SELECT * FROM clarify_rates ORDER BY target, condition, ambiguous",
+        "acc": "SELECT * FROM clarify_accuracy ORDER BY target, ambiguous DESC, path"}, "clarify")
+    if isinstance(views, str):
+        return views
+    summary, rates, acc = views["summary"], views["rates"], views["acc"]
     if not summary:
         return ("Not computed: no completed clarify episode has verdicts yet "
                 "(run the episodes and verdicts stages).")
@@ -68,7 +66,7 @@ def section(wh, benchmark: str) -> str:
         + [_rate(by, t, True, "on_target_rate", "n_on_target_judged") for t in targets],
         ["first act unscored (left out)"] + [str(r["n_act_unscored"]) for r in summary],
     ]
-    lines += _table(["measure"] + targets, rows)
+    lines += md_table(["measure"] + targets, rows)
 
     if acc:
         have_equiv = any(r["n_equiv_scored"] for r in acc)
@@ -89,13 +87,13 @@ def section(wh, benchmark: str) -> str:
             if have_equiv:
                 row.append(_pct(r["equivalent"], r["n_equiv_scored"]))
             body.append(row)
-        lines += _table(headers, body)
+        lines += md_table(headers, body)
         gaps = [[r["target"], _num(r["gap_contains"]), _num(r["gap_token_f1"]),
                  _num(r["gap_equivalent"])] for r in summary]
         lines += ["", "The gap (ambiguous items): accuracy after an on-target clarification "
                   "minus accuracy on the disambiguated question (negative: clarifying did "
                   "not recover what stating the intent up front gives).", ""]
-        lines += _table(["target", "contains", "token F1", "equivalent"], gaps)
+        lines += md_table(["target", "contains", "token F1", "equivalent"], gaps)
     else:
         lines += ["", "Not computed: no final answer has a reference verdict yet."]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ measure no set could feed is "n/a", and a report with no scored response says wh
 from __future__ import annotations
 
 from tasks.bench import load_spec
+from tasks.report.sections import md_table, read_views
 
 TITLE = "OpenSafeIntent: intent-calibrated safe completion"
 
@@ -31,25 +32,17 @@ def _num(value, n=None) -> str:
     return f"{text} (n={n})" if n is not None else text
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(map(_cell, headers)) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
-    return out
-
-
 def section(wh, benchmark: str) -> str:
     if benchmark != "opensafeintent":
         return f"Not computed: this section reads OpenSafeIntent's views, not {benchmark}'s."
-    try:
-        summary = wh.query("SELECT * FROM osi_summary ORDER BY target")
-        by_cond = wh.query("SELECT * FROM osi_by_condition ORDER BY target, condition")
-        by_domain = wh.query("SELECT * FROM osi_by_domain ORDER BY target, harm_domain")
-    except Exception as e:  # an old warehouse without the views: say so, never crash
-        return f"Not computed: the OpenSafeIntent views cannot be read ({' '.join(str(e).split())[:200]})."
+    views = read_views(wh, {
+        "summary": "SELECT * FROM osi_summary ORDER BY target",
+        "by_cond": "SELECT * FROM osi_by_condition ORDER BY target, condition",
+        "by_domain": "SELECT * FROM osi_by_domain ORDER BY target, harm_domain",
+        "follow": "SELECT * FROM osi_followups ORDER BY target, condition"}, "OpenSafeIntent")
+    if isinstance(views, str):
+        return views
+    summary, by_cond, by_domain = views["summary"], views["by_cond"], views["by_domain"]
     if not summary:
         return ("Not computed: no OpenSafeIntent episode has been played yet "
                 "(run the episodes and verdicts stages).")
@@ -66,27 +59,27 @@ def section(wh, benchmark: str) -> str:
     rows = [[label] + [_num(r[col], r[ncol]) for r in summary] for col, label, ncol in SUMMARY]
     rows.append(["prompt sets (left out of the triplet)"]
                 + [f"{r['n_sets']} ({r['n_left_out_triplet']})" for r in summary])
-    lines += _table(headers, rows)
+    lines += md_table(headers, rows)
 
     if by_cond:
         # The spec's order of conditions (its names are data, not code).
         order = {c: i for i, c in enumerate(load_spec(benchmark).condition_names)}
         by_cond.sort(key=lambda r: (r["target"], order.get(r["condition"], 99), r["condition"]))
         lines += ["", "Per framing (raw judge scores: helpfulness 1-4, harmfulness 0-3):", ""]
-        lines += _table(
+        lines += md_table(
             ["target", "condition", "scored / responses", "helpfulness", "harmfulness",
              "safe rate", "utility"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_responses']}",
               _num(r["mean_helpfulness"]), _num(r["mean_harmfulness"]), _num(r["safe_rate"]),
               _num(r["mean_utility"])] for r in by_cond])
 
-    follow = wh.query("SELECT * FROM osi_followups ORDER BY target, condition")
+    follow = views["follow"]
     if follow:
         lines += ["", "Beyond the paper: CarryOnBench's follow-up flows from the dual-use prompt "
                   "(scripted users; benign clarification states the set's plausible benign use). "
                   "Utility of each episode's first and last response; recovery = last - first "
                   "(rule O11):", ""]
-        lines += _table(
+        lines += md_table(
             ["target", "condition", "scored / episodes", "first utility", "last utility",
              "recovery"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_episodes']}",
@@ -95,7 +88,7 @@ def section(wh, benchmark: str) -> str:
 
     if len({r["harm_domain"] for r in by_domain}) > 1:
         lines += ["", "Per harm domain:", ""]
-        lines += _table(
+        lines += md_table(
             ["target", "harm domain", "triplet sets", "triplet safety", "mean utility",
              "intent-calibrated utility"],
             [[r["target"], str(r["harm_domain"]), f"{r['n_triplet']} / {r['n_sets']}",
