@@ -411,6 +411,13 @@ def test_pipeline_end_to_end(prefect_harness, llm_server, tmp_path):
     # Beyond the paper (O11): the follow-up flows from the dual-use prompt (lengths 4 and 6,
     # one BC and one NC flow each). Their first answer is the dual-use answer (h 3, harm 0:
     # u 2/3); the later answers hit neither scripted phrase (h 3, harm 0: u 2/3); recovery 0.
+    # A rerun sends nothing (targets, the sampled simulator and both judges from the cache)
+    # and reproduces every number.
+    before = [wh.query(f"SELECT * FROM {v} ORDER BY ALL") for v in ("osi_summary", "osi_followups")]
+    llm_server.reset()
+    again = asyncio.run(carryon(config=str(path)))
+    assert llm_server.counts["total"] == 0 and again["requests"] == 0
+    assert [wh.query(f"SELECT * FROM {v} ORDER BY ALL") for v in ("osi_summary", "osi_followups")] == before
     follow = wh.query("SELECT * FROM osi_followups ORDER BY condition")
     assert [(r["condition"], r["n_episodes"], r["n_scored"]) for r in follow] == [
         ("dual_use_bc", 2, 2), ("dual_use_nc", 2, 2)]
