@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
-from tasks.roles import CARRYON_ROLES, ROLE_TABLE, ROLES, benchmark_roles
+from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES, benchmark_roles
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
 PAPER_EXCLUDED_CATEGORIES = [
@@ -301,12 +301,12 @@ class Config(_Strict):
 
     def config_hash(self) -> str:
         """Hash of what the user configured (never secrets: keys live in the environment).
-        Keys added with the sister benchmarks are left out while unset, so a CarryOnBench
-        config keeps the hash (and the run ids) it had before they existed."""
+        Keys added with the sister benchmarks (and any role added later) are left out while
+        unset, so a CarryOnBench config keeps the hash (and the run ids) it had before."""
         doc = self.model_dump(mode="json")
         if doc.get("benchmark") == DEFAULT_BENCHMARK:
             del doc["benchmark"]
-        for name in set(ROLES) - set(CARRYON_ROLES):
+        for name in set(ROLES) - set(HASHED_ROLES):
             if doc["models"].get(name) is None:
                 doc["models"].pop(name, None)
         blob = json.dumps(doc, sort_keys=True)

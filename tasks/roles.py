@@ -71,9 +71,13 @@ ROLE_TABLE: tuple[Role, ...] = (
 
 ROLES: list[str] = [r.name for r in ROLE_TABLE]
 BY_NAME: dict[str, Role] = {r.name: r for r in ROLE_TABLE}
-# CarryOnBench's roles as they were before the sister benchmarks: config hashes leave the
-# others out while they are unset, so an existing config keeps its hash (and run ids).
-CARRYON_ROLES: list[str] = [r.name for r in ROLE_TABLE if CARRYON in r.benchmarks or ANY in r.benchmarks]
+# The roles a config had before this table existed, fixed: a config hash leaves every other
+# role out while it is unset, so an existing config keeps its hash (and its run ids) whatever
+# roles are added here later.
+HASHED_ROLES: tuple[str, ...] = (
+    "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
+    "targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge",
+)
 
 
 def benchmark_roles(benchmark: str) -> list[str]:

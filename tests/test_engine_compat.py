@@ -54,8 +54,12 @@ def old_home(tmp_path):
 
 
 def test_config_hash_unchanged_by_the_spec():
-    # The fixture's config as written (its home path is part of the hash).
+    # The fixture's config as written (its home path is part of the hash), and the shipped
+    # configs as they hashed before the spec and the role table: adding a role must not move them.
     assert load_config(FIXTURE / "config.yaml").config_hash() == PRE_ENGINE_CONFIG_HASH
+    root = Path(__file__).parent.parent
+    assert load_config(root / "configs" / "demo.yaml").config_hash() == "91a86d9cc1d66b94"
+    assert load_config(root / "configs" / "paper.yaml").config_hash() == "680e0cf7aedcb6a5"
 
 
 def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_harness, old_home):
