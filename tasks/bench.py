@@ -23,7 +23,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
+import specs
+
+SPECS_DIR = Path(specs.__file__).resolve().parent
 DEFAULT_BENCHMARK = "carryon"
 # The stages of each engine, in pipeline order.
 CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
