@@ -12,8 +12,8 @@ import asyncio
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.engine.episode import plan_episodes, play_batch, summary_json
-from tasks.engine.items import run_items, store_items
+from tasks.engine.episode import merge_counts, plan_episodes, play_batch
+from tasks.engine.items import run_items, store_items, stored_items
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.stage_errors import StageFailed, all_failed, every
@@ -44,11 +44,20 @@ def batches(work: list, size: int) -> list[list]:
     return out
 
 
+def episode_keys(batch: list) -> list[list]:
+    """A batch as plain values for a Prefect task: (item_id, condition, target, script)."""
+    return [[item.item_id, cond.name, t.name, list(plan)] for item, cond, t, plan in batch]
+
+
 @task(name="episode-batch", cache_policy=NO_CACHE, persist_result=False)
-async def episode_batch_task(run_id: str, index: int, size: int) -> dict:
+async def episode_batch_task(run_id: str, keys: list[list]) -> dict:
     ctx = get_run(run_id)
-    _, work, _ = run_work(ctx)
-    return await play_batch(ctx, ctx.config.spec, batches(work, size)[index])
+    spec = ctx.config.spec
+    # The flow stored the run's items before the batches: read them back, not the dataset.
+    items = stored_items(ctx.warehouse, spec.name, (k[0] for k in keys))
+    targets = {t.name: t for t in ctx.config.role_specs("targets")}
+    work = [(items[i], spec.condition(c), targets[t], tuple(p)) for i, c, t, p in keys]
+    return await play_batch(ctx, spec, work)
 
 
 @flow(name="episodes")
@@ -63,14 +72,14 @@ async def episodes_flow(run_id: str) -> dict:
 
     async def one(i: int) -> dict:
         async with gate:
-            out = await episode_batch_task(run_id, i, BATCH_EPISODES)
+            out = await episode_batch_task(run_id, episode_keys(parts[i]))
             ctx.flush_calls()
             progress.advance(len(parts[i]))
             return out
 
     results = await asyncio.gather(*(one(i) for i in range(len(parts))))
     progress.close()
-    summary = {"items": len(items), **summary_json(results),
+    summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}
     errors = [e for r in results for e in r["errors"]]
     line = all_failed(len(work), summary["status"].get("completed", 0), errors,

@@ -85,13 +85,6 @@ def benchmark_roles(benchmark: str) -> list[str]:
     return [r.name for r in ROLE_TABLE if benchmark in r.benchmarks or ANY in r.benchmarks]
 
 
-def role(name: str) -> Role:
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"unknown model role {name!r}; roles: {', '.join(ROLES)}") from None
-
-
 def stage_roles(stage: str) -> list[str]:
     """The roles a stage calls, in table order."""
     return [r.name for r in ROLE_TABLE if stage in r.stages]

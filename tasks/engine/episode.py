@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec, module
@@ -154,22 +154,18 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
         ("episode_turns", [t for p in played for t in p.turns],
          ("list_contains(?, episode_id)", [ids])),
     ])
-    status: dict[str, int] = {}
-    term: dict[str, int] = {}
-    for p in played:
-        status[p.episode["status"]] = status.get(p.episode["status"], 0) + 1
-        term[p.episode["termination"]] = term.get(p.episode["termination"], 0) + 1
+    status = Counter(p.episode["status"] for p in played)
+    term = Counter(p.episode["termination"] for p in played)
     errors = [p.episode["error"] for p in played if p.episode["error"]]
-    return {"episodes": len(played), "status": status, "termination": term,
+    return {"episodes": len(played), "status": dict(status), "termination": dict(term),
             "turns": sum(len(p.turns) for p in played), "errors": errors}
 
 
-def summary_json(parts: list[dict]) -> dict:
-    out = {"episodes": 0, "turns": 0, "status": {}, "termination": {}}
+def merge_counts(parts: list[dict]) -> dict:
+    """The batches' counts added up (the stage's summary)."""
+    status, term = Counter(), Counter()
     for p in parts:
-        out["episodes"] += p["episodes"]
-        out["turns"] += p["turns"]
-        for k in ("status", "termination"):
-            for name, n in p[k].items():
-                out[k][name] = out[k].get(name, 0) + n
-    return json.loads(json.dumps(out))
+        status.update(p["status"])
+        term.update(p["termination"])
+    return {"episodes": sum(p["episodes"] for p in parts), "turns": sum(p["turns"] for p in parts),
+            "status": dict(status), "termination": dict(term)}

@@ -86,3 +86,10 @@ def run_items(ctx) -> list[Item]:
 
 def store_items(wh, benchmark: str, items: list[Item], run_id: str | None = None) -> int:
     return wh.write("bench_items", [i.to_row(benchmark, run_id) for i in items])
+
+
+def stored_items(wh, benchmark: str, item_ids) -> dict[str, Item]:
+    """item_id -> Item, as the episodes stage stored them in ``bench_items``."""
+    rows = wh.query("SELECT * FROM bench_items WHERE benchmark = ? AND list_contains(?, item_id)",
+                    [benchmark, sorted(set(item_ids))])
+    return {r["item_id"]: Item.from_row(r) for r in rows}

@@ -23,7 +23,7 @@ from collections import Counter
 import prompts
 from tasks.bench import module
 from tasks.config import ConfigError
-from tasks.engine.items import Item
+from tasks.engine.items import stored_items
 from tasks.judges.base import Measure, TurnView
 
 
@@ -86,9 +86,7 @@ def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView
     eps = {r["episode_id"]: r for r in wh.query(
         "SELECT episode_id, item_id, condition FROM episodes WHERE list_contains(?, episode_id)",
         [episode_ids])}
-    items = {r["item_id"]: Item.from_row(r) for r in wh.query(
-        "SELECT * FROM bench_items WHERE benchmark = ? AND list_contains(?, item_id)",
-        [benchmark, sorted({e["item_id"] for e in eps.values()})])}
+    items = stored_items(wh, benchmark, (e["item_id"] for e in eps.values()))
     turns = wh.query("SELECT * FROM episode_turns WHERE list_contains(?, episode_id) "
                      "ORDER BY episode_id, position", [episode_ids])
     by_ep: dict[str, list[dict]] = {}

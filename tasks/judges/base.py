@@ -23,7 +23,7 @@ what it means (a refusal, usually) without a call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -71,7 +71,6 @@ class Judge:
     templates: tuple[str, ...] = ()
     optional: bool = False
     extra_version: str = ""  # anything else that shapes verdicts (a rule's version)
-    notes: list[str] = field(default_factory=list)
 
     def wants(self, turn: TurnView) -> bool:
         return True

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 from tasks.bench import module
+from tasks.report.folder import atomic_folder
 from tasks.report.markdown import md_table, run_line
 from tasks.roles import report_roles
 
@@ -71,18 +70,9 @@ def write(cfg, wh, run_id: str) -> tuple[Path, str]:
     rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
     run = rows[0] if rows else {"run_id": run_id, "status": "unknown"}
     text = render(cfg, wh, run)
-    reports = cfg.home_path / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    final = reports / str(run_id)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=reports))
-    try:
+    final = cfg.home_path / "reports" / str(run_id)
+    with atomic_folder(final) as tmp:
         (tmp / "report.md").write_text(text, encoding="utf-8")
         (tmp / "spec.json").write_text(json.dumps(cfg.spec.model_dump(mode="json"), indent=1),
                                        encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final, text

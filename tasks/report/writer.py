@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
 from tasks.report.data import ReportData, ReportError, browser_data, load
+from tasks.report.folder import atomic_folder
 from warehouse import Warehouse
 
 
@@ -216,22 +215,13 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
         log.exception("report Table 2 harm means failed")
         rep.problems.append("Table 2's harm means could not be computed; the view's columns are shown.")
     _store_ci(wh, rep.stats, data.run["run_id"], rep.problems)
-    reports = cfg.home_path / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    final = reports / str(data.run["run_id"])
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=reports))
-    try:
+    final = cfg.home_path / "reports" / str(data.run["run_id"])
+    with atomic_folder(final) as tmp:
         rep.figures = _figures(data, rep.stats, tmp, rep.problems, rules.harmful_score)
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
         browser = browser_data(wh, max_conversations)
         (tmp / "report.html").write_text(html_mod.render(rep, browser), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     rep.figures = [(t, final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
