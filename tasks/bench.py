@@ -1,8 +1,8 @@
 """A benchmark is a spec: one YAML that names its dataset loader, its stages, its conditions,
 its user policies, its judges and its report sections.
 
-A config picks one with ``benchmark: <name>`` (a spec in ``specs/<name>.yaml``) or
-``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench (``specs/carryon.yaml``).
+A config picks one with ``benchmark: <name>`` (a spec in ``tasks/specs/<name>.yaml``) or
+``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench (``tasks/specs/carryon.yaml``).
 Everything a spec names is found by name: the loader in ``tasks/datasets/<loader>.py``, a
 user policy in ``tasks/users/<policy>.py``, a judge in ``tasks/judges/<judge>.py``, a report
 section in ``tasks/report/sections/<section>.py``, the metric views in
@@ -23,9 +23,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-import specs
-
-SPECS_DIR = Path(specs.__file__).resolve().parent
+# Inside the tasks package (package data), so an installed copy carries the built-in specs.
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
 DEFAULT_BENCHMARK = "carryon"
 # The stages of each engine, in pipeline order.
 CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]

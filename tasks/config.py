@@ -213,7 +213,7 @@ ModelsConfig = create_model(
 
 
 class Config(_Strict):
-    # The benchmark this config runs: a spec in specs/ by name, or a path to a spec YAML.
+    # The benchmark this config runs: a spec in tasks/specs/ by name, or a path to a spec YAML.
     benchmark: str = DEFAULT_BENCHMARK
     home: str = ".carryon"
     # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):

@@ -1,4 +1,4 @@
--- OpenSafeIntent's metrics (the sister benchmark of specs/opensafeintent.yaml). They read the
+-- OpenSafeIntent's metrics (the sister benchmark of tasks/specs/opensafeintent.yaml). They read the
 -- episode engine's episode_verdicts (views_engine.sql: latest verdict set per judge, completed
 -- episodes only) for benchmark 'opensafeintent'. "Authors" = github.com/Uppaal/OpenSafeIntent,
 -- evaluation/metrics.py and analysis/paraphrase_robustness.py; "ours" = this project's rule
