@@ -20,13 +20,13 @@ conversations it judges; another judge, template or checklist makes a new set an
 the old rows alone (re-judging without regenerating anything).
 
 This module plans, names the sets and batches; the two kinds (what each asks, how votes are
-parsed and combined, which rows it writes) are objects in tasks/judge_kinds.py, and
-``judge_batch`` runs them in one loop.
+parsed and combined, which rows it writes) are tasks/judges/benutil.py and safety.py, under
+the one judge protocol of tasks/judges/protocol.py that the episode engine's judges share,
+and ``judge_batch`` runs them through its ``run_calls``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -35,12 +35,16 @@ from dataclasses import dataclass, field
 
 from tasks.agreement import pairwise_agreement
 from tasks.config import ConfigError, ModelSpec
-# The constants live with the kinds; re-exported here, where flows and tests import them.
-from tasks.judge_kinds import (  # noqa: F401
-    BENUTIL, BLOCKED, BLOCKED_HISTORY_TEXT, BLOCKED_SAFETY_SCORE, EVIDENCE_NOT_IN_RESPONSE,
-    EVIDENCE_REASK, SAFETY, BenUtil, JudgeKind, Safety,
-)
 from tasks.judge_prompts import prompt_version, text_hash
+# The constants live with the kinds; re-exported here, where flows and tests import them.
+from tasks.judges.benutil import (  # noqa: F401
+    BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
+)
+from tasks.judges.protocol import JudgeKind, run_calls
+from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
+
+# What a judge that sees the history reads in place of a blocked turn without text.
+BLOCKED_HISTORY_TEXT = "[no response: the provider blocked it]"
 
 
 class JudgeError(Exception):
@@ -242,26 +246,15 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
             continue
         if t["role"] == "assistant" and t["content"] is not None:
             t = {**t, "rh": text_hash(t["content"])}
-            keys = {}
-            for kind in kinds:
-                pairs = kind.requests(t, queries[t["query_id"]], history)
-                for key, source in pairs:
-                    kind.sources.setdefault(key, source)
-                keys[kind.kind] = [key for key, _ in pairs]
+            keys = {kind.kind: kind.add(kind.requests(t, queries[t["query_id"]], history))
+                    for kind in kinds}
             judged.append({**t, "keys": keys})
         # The original query (position 0) is shown to the judge on its own, not as history.
         if t["position"] > 0 and t["content"] is not None:
             history.append((t["role"], t["content"]))
 
     # Every kind's first calls in one gather, then each kind's extra calls and verdicts.
-    calls = [c for kind in kinds for c in kind.calls(gw)]
-    results = await asyncio.gather(*calls)
-    del calls
-    off = 0
-    for kind in kinds:
-        kind.results, off = results[off:off + kind.n_calls], off + kind.n_calls
-    for kind in kinds:
-        kind.settle(await kind.revise(gw, kind.first_answers()))
+    await run_calls(gw, kinds)
 
     # Rows per turn, kind by kind (blocked turns are scored without a call, and no votes).
     vote_rows: list[dict] = []

@@ -14,7 +14,6 @@ judge whose role is not configured is skipped (and said so in the summary).
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -24,7 +23,8 @@ import prompts
 from tasks.bench import module
 from tasks.config import ConfigError
 from tasks.engine.items import stored_items
-from tasks.judges.base import Measure, TurnView
+from tasks.judges.base import SpecKind, TurnView, verdict_sample_key  # noqa: F401 (re-export)
+from tasks.judges.protocol import run_calls
 
 
 def _hash(doc) -> str:
@@ -109,62 +109,30 @@ def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView
     return out
 
 
-def verdict_sample_key(model, messages: list[dict]) -> str | None:
-    """A sampled judge's key from its request (a user policy that reads acts uses it too, so
-    the verdicts stage finds its calls in the cache)."""
-    if not model.temperature:
-        return None
-    return "verdict:" + _hash(messages)
-
-
 async def judge_batch(ctx, judges: list, episode_ids: list[str]) -> dict:
     """Run every judge over the batch's assistant turns; write all rows in one transaction
     (each set's earlier rows for these episodes are replaced). Returns counts."""
-    gw, bench = ctx.gateway, ctx.config.spec.name
-    views = load_turn_views(ctx.warehouse, bench, episode_ids)
-    requests: dict[tuple, tuple] = {}  # (judge index, request key) -> (model, request)
-    pending: list[tuple] = []  # (judge index, turn, request key or None)
-    for ji, (judge, model) in enumerate(judges):
+    views = load_turn_views(ctx.warehouse, ctx.config.spec.name, episode_ids)
+    kinds = [SpecKind(j, m, verdict_set_id(j, m)) for j, m in judges]
+    pending: list[tuple] = []  # (kind, turn, the turn's request keys)
+    for kind in kinds:
         for t in views:
-            if t.response is None or not judge.wants(t):
+            if t.response is None or not kind.judge.wants(t):
                 continue
-            req = judge.request(t)
-            if req is None:
-                pending.append((ji, t, None))
-                continue
-            key = (ji, json.dumps(req.messages, sort_keys=True, ensure_ascii=False),
-                   req.schema.__name__)
-            requests.setdefault(key, (model, req))
-            pending.append((ji, t, key))
-    keys = list(requests)
-    results = await asyncio.gather(*(
-        gw.chat(m, judges[k[0]][0].role, r.messages, schema=r.schema,
-                sample_key=verdict_sample_key(m, r.messages)) for k in keys for m, r in [requests[k]]))
-    by_key = dict(zip(keys, results))
-    set_ids = [verdict_set_id(j, m) for j, m in judges]
-    rows, unscored = [], Counter()
-    for ji, t, key in pending:
-        judge = judges[ji][0]
-        call_hash = None
-        if key is None:
-            measures = judge.verdicts(t, None)
-        else:
-            r = by_key[key]
-            call_hash = r.call_hash
-            measures = (judge.verdicts(t, r.parsed) if r.ok
-                        else judge.unscored(f"{r.error_kind}: {r.error}"))
-        for m in measures:
-            assert isinstance(m, Measure)
-            unscored[judge.kind] += m.value is None and m.label is None
-            rows.append({"judgment_set_id": set_ids[ji], "episode_id": t.episode_id,
-                         "position": t.position, "measure": m.measure, "kind": judge.kind,
-                         "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                         "reason": m.reason, "call_hash": call_hash})
+            pending.append((kind, t, kind.add(kind.requests(t))))
+    await run_calls(ctx.gateway, kinds)
+    for kind, t, keys in pending:
+        kind.turn_rows(t, keys)
+    results = [r for kind in kinds for r in kind.all_results()]
+    unscored = Counter()
+    for kind in kinds:
+        unscored.update(kind.unscored)
+    rows = [r for kind in kinds for r in kind.rows]
     ctx.warehouse.write_many([
         ("verdicts", rows, ("list_contains(?, judgment_set_id) AND list_contains(?, episode_id)",
-                            [set_ids, episode_ids]))])
+                            [[k.set_id for k in kinds], episode_ids]))])
     return {"episodes": len(episode_ids), "turns": len(views), "verdicts": len(rows),
-            "calls": len(keys), "failed_calls": sum(not r.ok for r in results),
+            "calls": len(results), "failed_calls": sum(not r.ok for r in results),
             "unscored": dict(unscored),
             "errors": [f"{r.error_kind}: {r.error}" for r in results if not r.ok]}
 

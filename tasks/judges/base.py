@@ -13,21 +13,27 @@ A judge module exposes ``JUDGE``, an object with:
 - ``verdicts(turn, parsed) -> list[Measure]``: the measures from a parsed answer (``parsed``
   is None when ``request`` returned None).
 
-The engine (tasks/engine/verdicts.py) does the rest, once for every judge: it sends each
-distinct request once, records a failed call as unscored rows (value NULL, reason
-``<error_kind>: <message>``) for every measure, stores rows in ``verdicts`` under the
-judge's verdict set, and replaces a batch's earlier rows on a rerun. A blocked target turn
+In a batch, a judge runs as a ``SpecKind``: the one judge protocol of every kind
+(tasks/judges/protocol.py, shared with CarryOnBench's Ben-Util and safety), so the calls go
+through the same loop: each distinct request is sent once, a failed call is recorded as
+unscored rows (value NULL, reason ``<error_kind>: <message>``) for every measure. The
+engine (tasks/engine/verdicts.py) stores the rows in ``verdicts`` under the judge's verdict
+set and replaces a batch's earlier rows on a rerun. A blocked target turn
 (the provider refused to produce it) reaches a judge as ``turn.blocked``; the judge decides
 what it means (a refusal, usually) without a call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import Counter
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from tasks.engine.items import Item
+from tasks.judges.protocol import JudgeKind
 
 
 @dataclass(frozen=True)
@@ -83,3 +89,61 @@ class Judge:
 
     def unscored(self, reason: str) -> list[Measure]:
         return [Measure(m, None, None, reason) for m in self.measures]
+
+
+def verdict_sample_key(model, messages: list[dict]) -> str | None:
+    """A sampled judge's key from its request (a user policy that reads acts uses it too, so
+    the verdicts stage finds its calls in the cache)."""
+    if not model.temperature:
+        return None
+    return "verdict:" + hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class SpecKind(JudgeKind):
+    """A spec's judge in one batch: one model (none for a judge that needs no call), at most
+    one request per turn, its measures as rows of ``verdicts``."""
+
+    table = "verdicts"
+
+    def __init__(self, judge: Judge, model, set_id: str):
+        super().__init__([model] if model is not None else [], set_id)
+        self.judge, self.kind, self.role = judge, judge.kind, judge.role
+        self.unscored: Counter = Counter()
+
+    def requests(self, turn: TurnView) -> list[tuple]:
+        req = self.judge.request(turn)
+        if req is None:
+            return []  # judged from the text (or a blocked turn): no call
+        key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False), req.schema.__name__)
+        return [(key, req)]
+
+    def messages(self, source: Request) -> list[dict]:
+        return source.messages
+
+    def schema_for(self, source: Request) -> type:
+        return source.schema
+
+    def sample_key(self, spec, messages):
+        return verdict_sample_key(spec, messages)
+
+    def parse(self, r) -> tuple:
+        return (r.parsed, None, None, r.call_hash)
+
+    def combine(self, votes: list[tuple]) -> tuple:
+        (vote,) = votes  # one judge model per role in the engine (checked when it loads)
+        return vote
+
+    def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
+        call_hash = None
+        if not keys:
+            measures = self.judge.verdicts(t, None)
+        else:
+            parsed, _, why, call_hash = self.final[keys[0]]
+            measures = self.judge.unscored(why) if why is not None else self.judge.verdicts(t, parsed)
+        for m in measures:
+            assert isinstance(m, Measure)
+            self.unscored[self.kind] += m.value is None and m.label is None
+            self.rows.append({"judgment_set_id": self.set_id, "episode_id": t.episode_id,
+                              "position": t.position, "measure": m.measure, "kind": self.kind,
+                              "model_turn": t.model_turn, "value": m.value, "label": m.label,
+                              "reason": m.reason, "call_hash": call_hash})

@@ -21,7 +21,7 @@ Its ``call_hash`` is the failed act call's, so the episode row points at it.
 from __future__ import annotations
 
 import prompts
-from tasks.engine.verdicts import verdict_sample_key
+from tasks.judges.base import verdict_sample_key
 from tasks.judges import act as act_judge
 from tasks.judges.base import TurnView
 from tasks.users.base import ANSWERED, Stop, UserTurn
