@@ -17,6 +17,7 @@ and ``verdicts``, tasks/engine/).
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class ScriptSpec(_Strict):
     length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
 
     group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
+    # In CarryOnBench (engine carryon) the lengths and counts are the config's `flows:`
+    # section, so a carryon spec must leave these two unset.
     lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
     per_length: int = Field(1, ge=1, le=100)
     intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
@@ -67,6 +70,52 @@ class ConditionSpec(_Strict):
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
     script: ScriptSpec | None = None  # the scripted user's flows
     description: str = ""
+
+
+@dataclass(frozen=True)
+class CarryOnConditions:
+    """CarryOnBench's conditions as its spec names them: the scripted flows with benign
+    clarification (group BC), those without (NC), and the oracle (the ``oracle`` prompt, one
+    turn). Flows of both groups share prefixes, so both use the ``scripted`` user with the
+    same intent key; the stored condition of a conversation is the spec's name."""
+
+    bc: str
+    nc: str
+    oracle: str
+    intent: str = "intent"
+
+    def of_group(self, group: str) -> str:
+        return {"BC": self.bc, "NC": self.nc}[group]
+
+    @property
+    def followups(self) -> tuple[str, str]:
+        return (self.bc, self.nc)
+
+    @classmethod
+    def of(cls, conditions: list[ConditionSpec]) -> "CarryOnConditions":
+        by_group, oracle, other = {}, [], []
+        for c in conditions:
+            if c.script is not None and c.user == "scripted" and c.prompt in (None, "query"):
+                set_ = sorted(c.script.model_fields_set & {"lengths", "per_length"})
+                if set_:
+                    raise ValueError(f"conditions[{c.name}].script: {', '.join(set_)} come from "
+                                     "the config's flows section in CarryOnBench; leave unset")
+                by_group.setdefault(c.script.group, []).append(c)
+            elif c.prompt == "oracle" and c.user == "single_turn" and c.max_turns == 1:
+                oracle.append(c)
+            else:
+                other.append(c.name)
+        if other or len(oracle) != 1 or sorted(by_group) != ["BC", "NC"] or any(
+                len(v) != 1 for v in by_group.values()):
+            raise ValueError(
+                "conditions: CarryOnBench's stages run exactly one scripted condition per "
+                "group BC and NC (user: scripted, script: {group: ...}) and one oracle "
+                f"(prompt: oracle, user: single_turn, max_turns: 1); got {[c.name for c in conditions]}")
+        bc, nc = by_group["BC"][0], by_group["NC"][0]
+        if bc.script.intent != nc.script.intent:
+            raise ValueError("conditions: BC and NC flows share prefixes, so their "
+                             "script.intent must be the same")
+        return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
 
 
 class BenchmarkSpec(_Strict):
@@ -96,6 +145,8 @@ class BenchmarkSpec(_Strict):
             raise ValueError(f"conditions: duplicate name(s) {dup}")
         if self.engine == "episodes" and not self.loader:
             raise ValueError("loader: an episode benchmark needs a dataset loader")
+        if self.engine == "carryon":
+            self.carryon_conditions()  # raises when the conditions are not CarryOnBench's
         if self.engine == "episodes":
             bare = [c.name for c in self.conditions if not c.prompt]
             if bare:
@@ -112,6 +163,10 @@ class BenchmarkSpec(_Strict):
             if c.name == name:
                 return c
         raise SpecError(f"{self.source_path or self.name}: no condition {name!r}")
+
+    def carryon_conditions(self) -> "CarryOnConditions":
+        """The names CarryOnBench's stages, views and report give its three conditions."""
+        return CarryOnConditions.of(self.conditions)
 
     @property
     def condition_names(self) -> list[str]:
@@ -171,12 +226,11 @@ def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
 
 def _check_modules(spec: BenchmarkSpec, path: Path) -> None:
     # Every name a spec uses must resolve now, not halfway through a run.
-    names = [("tasks.users", c.user, f"conditions[{c.name}].user") for c in spec.conditions
-             if spec.engine == "episodes"]
+    names = [("tasks.users", c.user, f"conditions[{c.name}].user") for c in spec.conditions]
     if spec.loader:
         names.append(("tasks.datasets", spec.loader, "loader"))
+    names += [("tasks.judges", j, "judges") for j in spec.judges]  # every engine's judges
     if spec.engine == "episodes":
-        names += [("tasks.judges", j, "judges") for j in spec.judges]
         names += [("tasks.report.sections", s, "report") for s in spec.report]
     for package, name, field in names:
         try:
@@ -196,3 +250,20 @@ def module(package: str, name: str):
             raise SpecError(f"no module {package}.{name} "
                             f"({package.replace('.', '/')}/{name}.py)") from None
         raise
+
+
+def carryon_conditions(spec: BenchmarkSpec | None = None) -> CarryOnConditions:
+    """CarryOnBench's condition names (of the built-in spec unless one is given)."""
+    return (spec or load_spec(DEFAULT_BENCHMARK)).carryon_conditions()
+
+
+def condition_rows(spec: BenchmarkSpec) -> list[dict]:
+    """The spec's conditions as rows of the warehouse table ``bench_conditions``."""
+    return [{"benchmark": spec.name, "condition": c.name, "position": i, "prompt": c.prompt,
+             "user_policy": c.user, "script_group": c.script.group if c.script else None,
+             "max_turns": c.max_turns} for i, c in enumerate(spec.conditions)]
+
+
+def builtin_condition_rows() -> list[dict]:
+    """Every built-in spec's condition rows (what a warehouse is seeded with)."""
+    return [r for p in sorted(SPECS_DIR.glob("*.yaml")) for r in condition_rows(load_spec(p.stem))]

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tasks.bench import CARRYON_STAGES, EPISODE_STAGES
+from tasks.bench import CARRYON_STAGES, EPISODE_STAGES, condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
 from tasks.roles import optional_roles, stage_roles
 from warehouse import Warehouse
@@ -237,13 +237,14 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
     run_id = new_run_id(cfg)
     mark_interrupted(wh, run_id)  # rows left 'running' by a process that is gone
-    wh.write(Run, [{
+    wh.write_many([(Run, [{
         "run_id": run_id, "config_path": str(config_path), "config_hash": cfg.config_hash(),
         "config_json": json.dumps(cfg.model_dump(mode="json"), sort_keys=True),
         "git_rev": git_revision(), "packages": json.dumps(package_versions()), "seed": cfg.seed,
         "stages": ",".join(selected), "started": dt.datetime.now(dt.timezone.utc),
         "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
-    }])
+    }]), ("bench_conditions", condition_rows(cfg.spec), ("benchmark = ?", [cfg.spec.name]))])
+    # (the views read the condition names of the spec this run uses)
     ctx = RunContext(run_id=run_id, config=cfg, warehouse=wh, stages=selected, limit=limit,
                      shard_index=shard_index, shard_count=shard_count)
     _RUNS[run_id] = ctx

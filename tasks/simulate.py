@@ -36,11 +36,11 @@ import asyncio
 import hashlib
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 
-import prompts
-from tasks.flowgen import SampledFlow, get_move
+from tasks.bench import CarryOnConditions, carryon_conditions, load_spec, module
+from tasks.engine.items import Item
+from tasks.flowgen import SampledFlow
 from tasks.move_checker import CHECKER_ROLE, check_turn
 # The planning (call counts per role) is its own module; re-exported here, where the plan
 # stage and tests import it. The role names live there too, so it does not import this one.
@@ -94,23 +94,6 @@ def resample_key(sample_key: str, attempt: int) -> str:
     return sample_key if attempt == 0 else _hash("resample", sample_key, attempt)
 
 
-_LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
-
-
-def clean_user_turn(text: str) -> str:
-    """Drop a speaker label or wrapping quotes a simulator sometimes adds despite the rules;
-    nothing else is changed."""
-    t = text.strip()
-    m = _LABEL.match(t)
-    if m and m.group(1).strip().endswith((":", "]")):
-        t = t[m.end():].strip()
-    # Wrapping quotes only when they wrap the whole message (no quote of that kind inside).
-    pairs = {'"': '"', "'": "'", "“": "”"}
-    if len(t) >= 2 and pairs.get(t[0]) == t[-1] and t[0] not in t[1:-1] and t[-1] not in t[1:-1]:
-        t = t[1:-1].strip()
-    return t
-
-
 @dataclass
 class _Step:
     """One exchange: the user turn and the target's answer (or the failure that ended it)."""
@@ -146,11 +129,20 @@ class QuerySimulation:
 
     def __init__(self, gateway, target, simulator, q: SimQuery, *, share_prefix: bool = True,
                  run_id: str | None = None, checker=None, max_resamples: int = 2,
-                 exclude_failing: bool = False):
+                 exclude_failing: bool = False, conditions: CarryOnConditions | None = None,
+                 spec=None):
         self.gw, self.target, self.sim, self.q = gateway, target, simulator, q
         self.share, self.run_id = share_prefix, run_id
         self.checker, self.max_resamples, self.exclude_failing = checker, max_resamples, exclude_failing
         self._steps: dict[tuple, asyncio.Future] = {}
+        # The spec names the conditions and the user policy that writes the follow-up turns
+        # (both groups share prefixes, so one policy and one intent key serve both).
+        self.spec = spec or load_spec()
+        self.names = conditions or carryon_conditions(self.spec)
+        followup = self.spec.condition(self.names.bc)
+        self.user, self.followup = module("tasks.users", followup.user).POLICY, followup
+        self.item = Item(q.query_id, -1, {"query": q.query, "oracle": q.oracle_prompt},
+                         {self.names.intent: q.intent})
 
     # ----- the tree ------------------------------------------------------------------------
     def _key(self, role: str, conv_id: str, prefix: tuple, position: int) -> str:
@@ -197,28 +189,22 @@ class QuerySimulation:
         return False
 
     async def _user_turn(self, s: _Step, history: list[dict], conv_id: str, prefix: tuple) -> bool:
-        """The simulator's turn for the step's move (checked and resampled when a move
+        """The user policy's turn for the step's move (checked and resampled when a move
         checker is configured); False when the first sample failed (the step ends)."""
-        ctx = {"history": history, "move": s.move}
-        if get_move(s.move).knows_intent:  # only benign clarification is told the intent
-            ctx["intent"] = self.q.intent
-        messages = [{"role": "user", "content": prompts.render(f"user/{s.move}.j2", **ctx)}]
         base = self._key(SIMULATOR_ROLE, conv_id, prefix, 2 * len(prefix))
         attempts = 1 + (self.max_resamples if self.checker is not None else 0)
         seen: set[str] = set()
         for attempt in range(attempts):
             key = resample_key(base, attempt)
-            r = await self.gw.chat(self.sim, SIMULATOR_ROLE, messages, sample_key=key)
-            text = clean_user_turn(r.content) if r.ok else ""
+            r = await self.user.write(self.gw, self.sim, self.item, self.followup, s.move,
+                                      history, key)
+            text = r.content or ""
             if not text:
                 if attempt:  # a failed resample: keep the last candidate
                     break
-                if not r.ok:
-                    s.status, s.error, s.error_hash = _failure("simulator_error", r)
-                else:
-                    s.status, s.error, s.error_hash = ("simulator_error",
-                                                       "empty_output: nothing left after removing "
-                                                       "labels and quotes", r.call_hash)
+                status = ("context_exceeded" if r.error_kind == "context_exceeded"
+                          else "simulator_error")
+                s.status, s.error, s.error_hash = status, r.error, r.call_hash
                 return False
             if r.call_hash in seen:  # a greedy simulator answers the same: nothing new to check
                 break
@@ -252,17 +238,21 @@ class QuerySimulation:
             steps.append(s)
             if s.status:
                 break
-        return self._result(cid, flow.flow_id, flow.condition, flow.length, flow.n_moves, steps)
+        return self._result(cid, flow.flow_id, self.names.of_group(flow.condition), flow.length,
+                            flow.n_moves, steps)
 
     async def run_oracle(self) -> ConversationResult:
+        # The ids and the sample key say "oracle" whatever the spec calls the condition: they
+        # are cache and warehouse keys, and renaming a condition must not invalidate them.
+        cond = self.spec.condition(self.names.oracle)
         cid = conversation_id(self.target.name, self.q.query_id, "oracle")
-        s = _Step(move="oracle", user=self.q.oracle_prompt)
+        s = _Step(move="oracle", user=self.item.prompts[cond.prompt])
         key = (prefix_sample_key(TARGET_ROLE, self.target.name, self.q.query_id, ["oracle"])
                if self.share else conversation_sample_key(TARGET_ROLE, cid, 1))
         r = await self.gw.chat(self.target, TARGET_ROLE, [{"role": "user", "content": s.user}],
                                sample_key=key)
         self._answer(s, r)
-        return self._result(cid, "oracle", "oracle", 2, 0, [s])
+        return self._result(cid, "oracle", cond.name, 2, 0, [s])
 
     def _result(self, cid, fid, condition, length, n_moves, steps: list[_Step]) -> ConversationResult:
         turns, checks = [], []
@@ -295,11 +285,12 @@ class QuerySimulation:
 
 async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[SampledFlow], *,
                          share_prefix: bool = True, run_id: str | None = None, checker=None,
-                         max_resamples: int = 2, exclude_failing: bool = False) -> list[ConversationResult]:
+                         max_resamples: int = 2, exclude_failing: bool = False,
+                         spec=None) -> list[ConversationResult]:
     """The oracle conversation and one conversation per flow, for one target and query."""
     qs = QuerySimulation(gateway, target, simulator, q, share_prefix=share_prefix, run_id=run_id,
                          checker=checker, max_resamples=max_resamples,
-                         exclude_failing=exclude_failing)
+                         exclude_failing=exclude_failing, spec=spec)
     return list(await asyncio.gather(qs.run_oracle(), *(qs.run_flow(f) for f in flows)))
 
 
@@ -340,7 +331,8 @@ async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:
     units = [simulate_query(ctx.gateway, t, sim, q, flows_for(cfg, q.query_id),
                             share_prefix=cfg.flows.share_prefix, run_id=ctx.run_id,
                             checker=checkers[0] if checkers else None,
-                            max_resamples=mc.max_resamples, exclude_failing=mc.exclude_failing)
+                            max_resamples=mc.max_resamples, exclude_failing=mc.exclude_failing,
+                            spec=cfg.spec)
              for t in targets for q in queries]
     by_status: dict[str, int] = {}
     n_turns = 0

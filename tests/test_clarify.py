@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.bench import load_spec
+from tasks.bench import condition_rows, load_spec
 from tasks.data import DataError
 from tasks.datasets import pacific
 from tasks.engine.items import Item
@@ -376,8 +376,9 @@ def _items_rows():
             row("U1", False), row("U2", False), row("U3", False)]
 
 
-def _populated(tmp_path):
-    """One target "t". Per episode (condition/item): first act, final-answer measures.
+def _populated(tmp_path, rename: dict | None = None):
+    """One target "t" (``rename``: the conditions under other names, as a spec that names
+    them otherwise writes them). Per episode (condition/item): first act, final-answer measures.
 
     ask/A1  asks (on target), then answers: EM 1, F1 1,    contains 1, equivalent 0
     ask/A2  answers directly:               EM 0, F1 0.5,  contains 0
@@ -391,6 +392,12 @@ def _populated(tmp_path):
     An older act verdict set labels everything "refusal": the newest set wins (E1).
     """
     wh = Warehouse(str(tmp_path / "wh.duckdb")).init()
+    rename = rename or {}
+    if rename:
+        wh.write("bench_conditions",
+                 [{**r, "condition": rename.get(r["condition"], r["condition"])}
+                  for r in condition_rows(load_spec("clarify"))],
+                 delete=("benchmark = ?", ["clarify"]))
     wh.write("bench_items", _items_rows())
     eps = [("ask-A1", "ask", "A1", "completed", 4), ("ask-A2", "ask", "A2", "completed", 2),
            ("ask-A3", "ask", "A3", "completed", 2), ("ask-A4", "ask", "A4", "target_error", 1),
@@ -398,7 +405,8 @@ def _populated(tmp_path):
            ("ask-U3", "ask", "U3", "completed", 2),
            ("dis-A1", "disambiguated", "A1", "completed", 2),
            ("dis-A2", "disambiguated", "A2", "completed", 2)]
-    wh.write("episodes", [{"episode_id": e, "benchmark": "clarify", "item_id": i, "condition": c,
+    wh.write("episodes", [{"episode_id": e, "benchmark": "clarify", "item_id": i,
+                           "condition": rename.get(c, c),
                            "target": "t", "user_policy": "reactive", "status": s,
                            "termination": "answered", "n_turns": n, "run_id": "r"}
                           for e, c, i, s, n in eps])
@@ -468,8 +476,10 @@ def test_rates_on_hand_written_rows(tmp_path):
     assert s["over_clarification"] == pytest.approx(1 / 3) and s["n_act_unscored"] == 1
 
 
-def test_accuracy_paths_on_hand_written_rows(tmp_path):
-    wh = _populated(tmp_path)
+@pytest.mark.parametrize("rename", [None, {"ask": "as_written", "disambiguated": "stated"}])
+def test_accuracy_paths_on_hand_written_rows(tmp_path, rename):
+    # The paths and the gap find the conditions by the prompt they open with, not by name.
+    wh = _populated(tmp_path, rename)
     acc = {(r["ambiguous"], r["path"]): r for r in wh.query("SELECT * FROM clarify_accuracy")}
     assert set(acc) == {(True, "answered_directly"), (True, "after_asking"),
                         (True, "after_on_target"), (True, "disambiguated"),

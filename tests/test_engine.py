@@ -258,6 +258,36 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
         load_spec("no_such_benchmark")
 
 
+def test_carryon_spec_conditions_are_checked(tmp_path):
+    # CarryOnBench's stages need one scripted condition per move group and the oracle; the
+    # flows' lengths are the config's, so a carryon spec may not set them.
+    from tasks.bench import carryon_conditions
+
+    assert carryon_conditions() == carryon_conditions(load_spec("carryon"))
+    assert (carryon_conditions().bc, carryon_conditions().nc, carryon_conditions().oracle) == \
+        ("BC", "NC", "oracle")
+    base = ("name: carryon\ntitle: C\nengine: carryon\njudges: [benutil, safety]\nconditions:\n"
+            "  - {name: oracle, prompt: oracle, user: single_turn, max_turns: 1}\n")
+    bc = "  - {name: B, prompt: query, user: scripted, max_turns: 6, script: {group: BC}}\n"
+    nc = "  - {name: N, prompt: query, user: scripted, max_turns: 6, script: {group: NC}}\n"
+    f = tmp_path / "c1.yaml"
+    f.write_text(base + bc + nc)
+    names = load_spec(str(f)).carryon_conditions()
+    assert (names.bc, names.nc, names.oracle) == ("B", "N", "oracle")
+    f = tmp_path / "c2.yaml"
+    f.write_text(base + bc)  # no NC condition
+    with pytest.raises(SpecError, match=r"c2.yaml: .*one scripted condition per group BC and NC"):
+        load_spec(str(f))
+    f = tmp_path / "c3.yaml"
+    f.write_text(base + bc + nc.replace("{group: NC}", "{group: NC, lengths: [4]}"))
+    with pytest.raises(SpecError, match=r"c3.yaml: .*script: lengths come from the config's flows"):
+        load_spec(str(f))
+    f = tmp_path / "c4.yaml"
+    f.write_text(base + bc + nc + "  - {name: extra, prompt: query}\n")
+    with pytest.raises(SpecError, match=r"c4.yaml: .*got \['oracle', 'B', 'N', 'extra'\]"):
+        load_spec(str(f))
+
+
 def test_single_turn_policy_stops():
     from tasks.users.single_turn import POLICY
 

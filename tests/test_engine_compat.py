@@ -79,3 +79,46 @@ def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_h
     got = _views(wh, sorted(expected))
     for name in sorted(expected):
         assert got[name] == expected[name], f"view {name} changed on the pre-engine home"
+
+
+RENAMED = {"BC": "clarify", "NC": "plain", "oracle": "informed"}
+
+
+def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tmp_path):
+    # Conditions are data: a CarryOnBench spec that names its conditions otherwise reruns the
+    # same home from the cache (ids and sample keys never hold a condition's name), stores
+    # the spec's names, and the views give the same numbers under them.
+    home, path = old_home
+    spec = yaml.safe_load((Path(__file__).parent.parent / "tasks" / "specs" / "carryon.yaml")
+                          .read_text())
+    for c in spec["conditions"]:
+        c["name"] = RENAMED[c["name"]]
+    spec_file = tmp_path / "renamed.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    cfg = yaml.safe_load(path.read_text())
+    cfg["benchmark"] = str(spec_file)
+    path.write_text(yaml.safe_dump(cfg))
+    expected = json.loads((FIXTURE / "views.json").read_text())
+    server = LLMServer().start(port=PORT)
+    try:
+        summary = asyncio.run(carryon(config=str(path)))
+    finally:
+        server.stop()
+    assert server.counts["total"] == 0 and summary["requests"] == 0
+    wh = Warehouse(home / "warehouse.duckdb")
+    assert {r["condition"] for r in wh.query("SELECT DISTINCT condition FROM conversations")} \
+        == set(RENAMED.values())
+    assert _views(wh, ["model_summary"])["model_summary"] == expected["model_summary"]
+    # The per-conversation views carry the new names and otherwise the same rows.
+    def renamed(rows):
+        out = []
+        for r in rows:
+            d = json.loads(r)
+            d["condition"] = RENAMED.get(d["condition"], d["condition"])
+            out.append(json.dumps(d, sort_keys=True, default=str))
+        return sorted(out)
+    got = _views(wh, ["conversation_scores"])["conversation_scores"]
+    assert got == renamed(expected["conversation_scores"])
+    report = (home / "reports").glob("*/report.md")
+    text = max(report, key=lambda p: p.stat().st_mtime).read_text()
+    assert "the spec's `clarify` is BC" in text

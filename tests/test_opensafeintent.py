@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from tasks.bench import condition_rows, load_spec
 from tasks.data import DataError
 from tasks.datasets import opensafeintent as osi
 from tasks.engine.items import Item, item_id
@@ -251,8 +252,15 @@ EXPECTED = {
 }
 
 
-def _warehouse(tmp_path) -> Warehouse:
+def _warehouse(tmp_path, rename: dict | None = None) -> Warehouse:
+    """The rows above; ``rename`` gives the conditions other names (the spec's rows in
+    bench_conditions say which prompt each opens with, as a run of such a spec writes them)."""
     wh = Warehouse(tmp_path / "w.duckdb").init()
+    rename = rename or {}
+    if rename:
+        spec_rows = [{**r, "condition": rename.get(r["condition"], r["condition"])}
+                     for r in condition_rows(load_spec("opensafeintent"))]
+        wh.write("bench_conditions", spec_rows, delete=("benchmark = ?", ["opensafeintent"]))
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     items = [{"benchmark": "opensafeintent", "item_id": i, "source_row": n,
               "prompts": json.dumps({c: "..." for c in ["benign", "dual_use", "malicious", *p]}),
@@ -269,7 +277,7 @@ def _warehouse(tmp_path) -> Warehouse:
             eid = f"{target}-{item}-{cond}"
             failed = scores == "fail"
             episodes.append({"episode_id": eid, "benchmark": "opensafeintent", "item_id": item,
-                             "condition": cond, "target": target, "user_policy": "single_turn",
+                             "condition": rename.get(cond, cond), "target": target, "user_policy": "single_turn",
                              "status": "target_error" if failed else "completed",
                              "termination": "error" if failed else "single_turn",
                              "n_turns": 1 if failed else 2})
@@ -288,8 +296,11 @@ def _warehouse(tmp_path) -> Warehouse:
     return wh
 
 
-def test_summary_matches_hand_computed_numbers(tmp_path):
-    wh = _warehouse(tmp_path)
+@pytest.mark.parametrize("rename", [None, {"benign": "b", "dual_use": "d", "malicious": "m",
+                                            "dual_use_2": "para2", "dual_use_3": "para3"}])
+def test_summary_matches_hand_computed_numbers(tmp_path, rename):
+    # The measures read each condition's framing from the spec, not its name.
+    wh = _warehouse(tmp_path, rename)
     rows = {r["target"]: r for r in wh.query("SELECT * FROM osi_summary")}
     assert set(rows) == {"A", "B", "C"}
     for target, expected in EXPECTED.items():

@@ -13,9 +13,8 @@ import prompts
 from tasks.config import load_config
 from tasks.flowgen import MOVE_NAMES, MOVES
 from tasks.run import RunContext
-from tasks.simulate import (
-    SimQuery, clean_user_turn, conversation_id, flows_for, plan_calls, simulate_batch,
-)
+from tasks.simulate import SimQuery, conversation_id, flows_for, plan_calls, simulate_batch
+from tasks.users.base import clean_user_turn
 from warehouse import Warehouse
 
 QUERIES = [

@@ -41,6 +41,15 @@
 --     Ben-Util judgments in the selected set), so harm and utility average the same queries.
 --     turn_scores keeps every turn (it is the raw per-turn record); the report lists the
 --     queries without a checklist with the step and reason that dropped them.
+--  R12 Condition names come from the benchmark spec (table bench_conditions, written by
+--     every run from its spec and seeded from the built-in one): carryon_conditions gives
+--     each name its part, 'oracle' (the oracle prompt) or the move group 'BC' / 'NC' of its
+--     scripted flows; model_summary reads the parts, so a renamed condition keeps its place.
+
+-- R12: CarryOnBench's conditions as its spec names them, and the part each one plays.
+CREATE OR REPLACE VIEW carryon_conditions AS
+SELECT condition, CASE WHEN prompt = 'oracle' THEN 'oracle' ELSE script_group END AS part
+FROM bench_conditions WHERE benchmark = 'carryon';
 
 CREATE TABLE IF NOT EXISTS judgment_set_choice (
     kind VARCHAR PRIMARY KEY,          -- benutil | safety
@@ -200,7 +209,8 @@ WHERE c.status = 'completed'
 CREATE OR REPLACE VIEW model_summary AS
 WITH per_query AS (
     SELECT target, query_id, avg(turn1_utility) AS u1, avg(turn1_harm) AS h1
-    FROM conversation_scores WHERE condition IN ('BC', 'NC')
+    FROM conversation_scores JOIN carryon_conditions k USING (condition)
+    WHERE k.part IN ('BC', 'NC')
     GROUP BY target, query_id
 ),
 turn1 AS (
@@ -208,13 +218,13 @@ turn1 AS (
 ),
 cond AS (
     SELECT target,
-           avg(utility) FILTER (WHERE condition = 'oracle') AS oracle_utility,
-           avg(utility) FILTER (WHERE condition = 'BC') AS bc_utility,
-           avg(utility) FILTER (WHERE condition = 'NC') AS nc_utility,
-           avg(harm_max) FILTER (WHERE condition = 'oracle') AS oracle_harm,
-           avg(harm_max) FILTER (WHERE condition = 'BC') AS bc_harm,
-           avg(harm_max) FILTER (WHERE condition = 'NC') AS nc_harm
-    FROM conversation_scores GROUP BY target
+           avg(utility) FILTER (WHERE k.part = 'oracle') AS oracle_utility,
+           avg(utility) FILTER (WHERE k.part = 'BC') AS bc_utility,
+           avg(utility) FILTER (WHERE k.part = 'NC') AS nc_utility,
+           avg(harm_max) FILTER (WHERE k.part = 'oracle') AS oracle_harm,
+           avg(harm_max) FILTER (WHERE k.part = 'BC') AS bc_harm,
+           avg(harm_max) FILTER (WHERE k.part = 'NC') AS nc_harm
+    FROM conversation_scores JOIN carryon_conditions k USING (condition) GROUP BY target
 )
 SELECT coalesce(cond.target, turn1.target) AS target,
        turn1.turn1_utility,

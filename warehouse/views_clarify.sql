@@ -22,6 +22,10 @@
 --     after_on_target is a subset of after_asking: rows overlap by design.
 -- C7. The gap the study reports: accuracy after an on-target clarification minus accuracy on
 --     the disambiguated question, per target (clarify_summary.gap_*, ambiguous items only).
+-- C8. Conditions are found by the prompt they open with, as the spec says (bench_conditions):
+--     "ask" is the condition opening with the question as written (prompt question),
+--     "disambiguated" the one opening with the disambiguated question; a spec may name them
+--     as it likes.
 
 -- One row per completed clarify episode: its first act and its final answer's measures.
 CREATE OR REPLACE VIEW clarify_episodes AS
@@ -59,7 +63,9 @@ final_turn AS (
 SELECT ep.*, lt.final_position, f.first_act, f.on_target, t.final_act,
        t.exact_match, t.token_f1, t.contains, t.equivalent,
        coalesce(t.n_ref_rows, 0) AS n_ref_rows, coalesce(t.n_equiv_rows, 0) AS n_equiv_rows,
-       CASE WHEN ep.condition = 'disambiguated' THEN 'disambiguated'
+       CASE WHEN ep.condition IN (SELECT condition FROM bench_conditions
+                                  WHERE benchmark = 'clarify' AND prompt = 'disambiguated')
+            THEN 'disambiguated'
             WHEN f.first_act IS NULL THEN NULL
             WHEN f.first_act = 'clarifying_question' THEN 'after_asking'
             ELSE 'answered_directly' END AS path
@@ -116,8 +122,9 @@ GROUP BY ALL;
 -- Per target: the headline numbers (C3, C4, C7).
 CREATE OR REPLACE VIEW clarify_summary AS
 WITH t AS (SELECT DISTINCT target FROM clarify_episodes),
-amb AS (SELECT * FROM clarify_rates WHERE condition = 'ask' AND ambiguous),
-una AS (SELECT * FROM clarify_rates WHERE condition = 'ask' AND NOT ambiguous),
+ask AS (SELECT condition FROM bench_conditions WHERE benchmark = 'clarify' AND prompt = 'question'),
+amb AS (SELECT * FROM clarify_rates WHERE condition IN (SELECT condition FROM ask) AND ambiguous),
+una AS (SELECT * FROM clarify_rates WHERE condition IN (SELECT condition FROM ask) AND NOT ambiguous),
 acc AS (SELECT * FROM clarify_accuracy WHERE ambiguous)
 SELECT t.target,
        amb.clarify_rate AS clarify_rate_ambiguous,

@@ -9,8 +9,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tasks.bench import CarryOnConditions, carryon_conditions
 from tasks.roles import CARRYON, report_roles
 from warehouse import Warehouse
+
+# The analyses speak of CarryOnBench's three conditions by the parts they play, as the paper
+# names them; a spec may name the conditions otherwise (the views' carryon_conditions).
+PARTS = ("BC", "NC", "oracle")
 
 
 class ReportError(Exception):
@@ -32,6 +37,7 @@ class ReportData:
     extra: dict = field(default_factory=dict)
     # query_id, category, domain of every query (the per-domain analysis); None = not loaded.
     queries: pd.DataFrame | None = None
+    names: CarryOnConditions = field(default_factory=carryon_conditions)
 
     @property
     def smoke(self) -> bool:
@@ -90,6 +96,23 @@ def _check_choices(wh: Warehouse) -> None:
                           f"(fix or delete the row)")
 
 
+def condition_names(wh: Warehouse) -> CarryOnConditions:
+    """CarryOnBench's condition names as the warehouse's spec rows give them (the built-in
+    spec's where a part has no row)."""
+    rows = {r["part"]: r["condition"] for r in wh.query("SELECT condition, part FROM carryon_conditions")}
+    d = carryon_conditions()
+    return CarryOnConditions(rows.get("BC", d.bc), rows.get("NC", d.nc), rows.get("oracle", d.oracle))
+
+
+def as_parts(df: pd.DataFrame, names: CarryOnConditions) -> pd.DataFrame:
+    """The frame with its ``condition`` column as parts (BC, NC, oracle), the one place a
+    renamed condition is mapped for the analyses (identity for the built-in names)."""
+    to_part = {names.bc: "BC", names.nc: "NC", names.oracle: "oracle"}
+    if "condition" not in df or all(k == v for k, v in to_part.items()):
+        return df
+    return df.assign(condition=df["condition"].map(lambda c: to_part.get(c, c)))
+
+
 def load(wh: Warehouse, run_id: str | None) -> ReportData:
     run = _run_row(wh, run_id)
     try:
@@ -109,14 +132,15 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
         from tasks.validation.report import validation_report
 
         extra["validation"] = validation_report(wh)  # people's labels beside the judges
+    names = condition_names(wh)
     return ReportData(
         run=run, config=config,
         summary=wh.df("SELECT * FROM model_summary"),
-        conv=wh.df("SELECT * FROM conversation_scores"),
-        turns=wh.df("SELECT * FROM turn_scores"),
-        cumulative=wh.df("SELECT * FROM turn_cumulative"),
+        conv=as_parts(wh.df("SELECT * FROM conversation_scores"), names),
+        turns=as_parts(wh.df("SELECT * FROM turn_scores"), names),
+        cumulative=as_parts(wh.df("SELECT * FROM turn_cumulative"), names),
         sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl, extra=extra,
-        queries=_queries(wh),
+        queries=_queries(wh), names=names,
     )
 
 
@@ -172,7 +196,9 @@ def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
     convs = wh.query(
         "SELECT c.conversation_id, c.target, c.query_id, c.flow_id, c.condition, c.status, c.error, "
         "q.query, q.category FROM conversations c LEFT JOIN queries q USING (query_id) "
-        "ORDER BY c.target, c.query_id, c.condition = 'oracle' DESC, c.condition, c.length, c.flow_id "
+        "ORDER BY c.target, c.query_id, "
+        "c.condition IN (SELECT condition FROM carryon_conditions WHERE part = 'oracle') DESC, "
+        "c.condition, c.length, c.flow_id "
         "LIMIT ?", [max_conversations + 1])
     truncated = len(convs) > max_conversations
     convs = convs[:max_conversations]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 from tasks.bench import ConditionSpec
@@ -82,3 +83,20 @@ class PolicyEnv:
             return None
         doc = json.dumps([kind, extra, transcript], ensure_ascii=False, sort_keys=True)
         return f"{kind}:" + hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+_LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
+
+
+def clean_user_turn(text: str) -> str:
+    """Drop a speaker label or wrapping quotes a simulator sometimes adds despite the rules;
+    nothing else is changed."""
+    t = text.strip()
+    m = _LABEL.match(t)
+    if m and m.group(1).strip().endswith((":", "]")):
+        t = t[m.end():].strip()
+    # Wrapping quotes only when they wrap the whole message (no quote of that kind inside).
+    pairs = {'"': '"', "'": "'", "“": "”"}
+    if len(t) >= 2 and pairs.get(t[0]) == t[-1] and t[0] not in t[1:-1] and t[-1] not in t[1:-1]:
+        t = t[1:-1].strip()
+    return t

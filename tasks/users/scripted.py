@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import prompts
 from tasks.flowgen import get_move, moves_for, sample_flows
-from tasks.simulate import clean_user_turn
-from tasks.users.base import TURN_CAP, Stop, UserTurn
+from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 
 SIMULATOR = "user_simulator"
 
@@ -39,20 +38,27 @@ class Scripted:
         if k >= len(state.plan):
             return Stop(TURN_CAP)
         move = state.plan[k]
-        ctx = {"history": state.transcript, "move": move}
-        if get_move(move).knows_intent:
-            key = state.condition.script.intent if state.condition.script else "intent"
-            intent = state.item.hidden.get(key)
+        spec = env.spec(SIMULATOR)
+        return await self.write(env.gateway, spec, state.item, state.condition, move,
+                                state.transcript,
+                                env.sample_key(spec, "user", state.transcript, move))
+
+    async def write(self, gateway, spec, item, condition, move: str, transcript: list[dict],
+                    sample_key: str | None) -> UserTurn:
+        """The user turn for ``move`` after ``transcript``, written by the simulator under the
+        given sample key. CarryOnBench's simulate stage calls this directly: it keys the
+        sample by its prefix tree (and resamples a turn that fails the move check)."""
+        ctx = {"history": transcript, "move": move}
+        if get_move(move).knows_intent:  # only benign clarification is told the intent
+            key = condition.script.intent if condition.script else "intent"
+            intent = item.hidden.get(key)
             if not intent:
-                return UserTurn(None, None, error=f"invalid_input: item {state.item.item_id} "
+                return UserTurn(None, None, error=f"invalid_input: item {item.item_id} "
                                 f"has no hidden {key!r} for a benign-clarification move",
                                 error_kind="invalid_input")
             ctx["intent"] = intent
         messages = [{"role": "user", "content": prompts.render(f"user/{move}.j2", **ctx)}]
-        spec = env.spec(SIMULATOR)
-        r = await env.gateway.chat(spec, SIMULATOR, messages,
-                                   sample_key=env.sample_key(spec, "user", state.transcript,
-                                                             move))
+        r = await gateway.chat(spec, SIMULATOR, messages, sample_key=sample_key)
         if not r.ok:
             return UserTurn(None, r.call_hash, error=f"{r.error_kind}: {r.error}",
                             error_kind=r.error_kind)

@@ -90,3 +90,18 @@ class Verdict(SQLModel, table=True):
     label: str | None = None  # a category (an act), where the measure has one
     reason: str | None = None  # the judge's reasoning, or why it is unscored
     call_hash: str | None = None
+
+
+class BenchCondition(SQLModel, table=True):
+    """A benchmark's conditions as its spec names them, so the views read the names from the
+    spec: every run writes its spec's rows (replacing that benchmark's), and opening a
+    warehouse seeds the built-in specs' rows where a benchmark has none."""
+
+    __tablename__ = "bench_conditions"
+    benchmark: str = Field(primary_key=True)
+    condition: str = Field(primary_key=True)
+    position: int  # order in the spec
+    prompt: str | None = None  # the item's prompt that opens it (query, oracle, benign, ...)
+    user_policy: str
+    script_group: str | None = None  # BC / NC for a scripted user
+    max_turns: int
