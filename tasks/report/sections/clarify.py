@@ -2,7 +2,7 @@
 questions (``clarify_summary`` / ``clarify_rates``), whether its questions target the actual
 ambiguity, and the final answer's accuracy by path (``clarify_accuracy``): answered
 directly, after asking, after an on-target clarification, and on the disambiguated question.
-warehouse/views_clarify.sql states every rule (C1-C7). Each number is shown with the count
+warehouse/views_clarify.sql states every rule (C1-C8). Each number is shown with the count
 it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is scored."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def section(wh, benchmark: str) -> str:
     lines = ["The first act is the act judge's reading of the target's first response. "
              "Under-clarification: an ambiguous question answered without asking; "
              "over-clarification: an unambiguous question met with a question. Unscored "
-             "verdicts are left out and counted (rules C1-C7 in warehouse/views_clarify.sql).",
+             "verdicts are left out and counted (rules C1-C8 in warehouse/views_clarify.sql).",
              ""]
     targets = [r["target"] for r in summary]
     rows = [

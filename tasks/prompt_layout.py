@@ -1,0 +1,82 @@
+"""Prompt layouts and provider prompt caching: how much of a request repeats a prefix.
+
+Providers discount prompt tokens that repeat a recent request's prefix (automatic on OpenAI
+and Gemini, explicit on Anthropic), but only from a minimum prefix length. The judges are
+laid out for it: everything a request shares with its siblings comes first. Ben-Util's ~18
+requests per response share the instructions, the query and the response and differ only in
+the checklist item, which comes last (then one fixed line). The layout is measured here by
+rendering requests that differ only where they should (tests/test_prompt_layout.py asserts
+it for every judge), and the plan uses it to estimate the cached share of prompt tokens.
+
+Minimum cacheable prefix, in tokens, by litellm provider prefix: OpenAI 1,024 (OpenAI's
+prompt-caching guide), Gemini 1,024 (litellm's prompt-caching page), Anthropic 1,024 for
+most models (512 to 4,096 depending on the model: litellm's prompt-caching page; the plan
+uses 1,024 and says so). A provider not listed gets no estimate (None): the plan assumes
+no provider cache there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 1024, "vertex_ai": 1024,
+                    "anthropic": 1024, "bedrock": 1024}
+# The plan's token estimates count characters / 4 (English prose); the same ratio here.
+CHARS_PER_TOKEN = 4
+
+
+def provider(model: str) -> str:
+    """litellm's provider prefix of a model string ("openai/gpt-4o" -> "openai")."""
+    return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+def cache_min_tokens(model: str) -> int | None:
+    if model.startswith("openai/local-"):
+        return None  # the embedded local model has no provider cache
+    return CACHE_MIN_TOKENS.get(provider(model))
+
+
+def common_head(a: str, b: str) -> int:
+    """Characters two prompts share from the start."""
+    return len(os.path.commonprefix([a, b]))
+
+
+def common_tail(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a[::-1], b[::-1]]))
+
+
+@dataclass(frozen=True)
+class BenUtilLayout:
+    instructions_chars: int  # the fixed text before the query
+    suffix_chars: int  # the fixed text after the item
+
+    def cached_share(self, model: str, query_tokens: float, response_tokens: float,
+                     item_tokens: float, items: float) -> float | None:
+        """The share of a response's Ben-Util prompt tokens a provider can serve from its
+        prompt cache: the first of its ``items`` requests pays in full, the others read the
+        shared prefix (instructions + query + response) when it reaches the minimum."""
+        floor = cache_min_tokens(model)
+        if floor is None:
+            return None
+        if items <= 1:
+            return 0.0
+        prefix = self.instructions_chars / CHARS_PER_TOKEN + query_tokens + response_tokens
+        if prefix < floor:
+            return 0.0
+        per_request = prefix + item_tokens + self.suffix_chars / CHARS_PER_TOKEN
+        return (items - 1) * prefix / (items * per_request)
+
+
+def benutil_layout() -> BenUtilLayout:
+    """Measured from the template: two requests of one response differ only in the item."""
+    from tasks.judge_prompts import benutil_messages
+
+    query, response = "Q", "R"
+    a = benutil_messages(query, response, "Alpha?")[0]["content"]
+    b = benutil_messages(query, response, "Beta?")[0]["content"]
+    head = common_head(a, b)
+    suffix = common_tail(a, b) - 1  # both items end in "?"
+    instructions = a.index("\n" + query + "\n") + 1  # up to the query itself
+    assert head > instructions, "the two requests must share the instructions"
+    return BenUtilLayout(instructions_chars=instructions, suffix_chars=suffix)

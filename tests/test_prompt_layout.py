@@ -1,0 +1,95 @@
+"""Judge prompts are laid out for provider prompt caching: all fixed text first, the text a
+request shares with its siblings next, what differs per request last.
+
+Ben-Util sends one request per checklist item of a response, so its requests must be the same
+up to the item; every judge keeps its fixed instructions ahead of any input (at most a short
+closing line after the last input). The plan's cached-share estimate is checked on numbers
+worked by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.engine.items import Item
+from tasks.judge_prompts import benutil_messages, safety_messages
+from tasks.judges import act, equivalence, harmfulness, helpfulness
+from tasks.judges.base import TurnView
+from tasks.prompt_layout import (
+    BenUtilLayout, benutil_layout, cache_min_tokens, common_head, common_tail,
+)
+
+MAX_FIXED_TAIL = 60  # characters of fixed text allowed after the last input (one closing line)
+
+
+def test_benutil_requests_of_one_response_differ_only_from_the_item_on():
+    query, response = "How do I open a lock I own?", "Use a tension wrench and a pick. " * 40
+    items = ["Alpha: does it name a tool?", "Beta: does it say to own the lock?"]
+    a, b = (benutil_messages(query, response, i)[0]["content"] for i in items)
+    assert common_head(a, b) == a.index(items[0]) == b.index(items[1])
+    # After the item: one fixed line, the same for every item.
+    assert a[a.index(items[0]) + len(items[0]):] == b[b.index(items[1]) + len(items[1]):]
+    assert len(a) - a.index(items[0]) - len(items[0]) <= MAX_FIXED_TAIL
+    layout = benutil_layout()
+    assert layout.instructions_chars == a.index(query)
+    assert 0 < layout.suffix_chars <= MAX_FIXED_TAIL
+
+
+def _turn(item, prompt, response):
+    return TurnView(item=item, condition="c", episode_id="e", position=1, model_turn=1,
+                    prompt=prompt, response=response,
+                    history=({"role": "user", "content": prompt},), is_last=True)
+
+
+A = Item("a", 0, {"q": "Alpha: which year's revenue?"},
+         {"intent": "Alpha: the 2019 revenue", "answers": ["alpha 12"],
+          "clarifying_question": "Alpha: which year?"}, {"ambiguous": True})
+B = Item("b", 1, {"q": "Beta: how many staff?"},
+         {"intent": "Beta: staff at year end", "answers": ["beta 7"],
+          "clarifying_question": "Beta: at which date?"}, {"ambiguous": True})
+
+
+def _engine(judge):
+    ra = judge.request(_turn(A, A.prompts["q"], "Alpha: it was 12 million."))
+    rb = judge.request(_turn(B, B.prompts["q"], "Beta: seven people."))
+    return ra.messages[-1]["content"], rb.messages[-1]["content"]
+
+
+PROMPTS = {
+    "benutil": lambda: tuple(benutil_messages(q, r, i)[0]["content"] for q, r, i in (
+        ("Alpha query?", "Alpha response.", "Alpha item?"),
+        ("Beta query!", "Beta answer.", "Beta item!"))),
+    "safety": lambda: tuple(safety_messages(q, r)[0]["content"] for q, r in (
+        ("Alpha query?", "Alpha response."), ("Beta query!", "Beta answer."))),
+    "safety_with_history": lambda: tuple(safety_messages(q, r, h)[0]["content"] for q, r, h in (
+        ("Alpha query?", "Alpha response.", "User: Alpha\n\nAssistant: alpha"),
+        ("Beta query!", "Beta answer.", "User: Beta\n\nAssistant: beta"))),
+    "act": lambda: _engine(act.JUDGE),
+    "helpfulness": lambda: _engine(helpfulness.JUDGE),
+    "harmfulness": lambda: _engine(harmfulness.JUDGE),
+    "equivalence": lambda: _engine(equivalence.JUDGE),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_every_judge_puts_its_fixed_text_first(name):
+    a, b = PROMPTS[name]()
+    head, tail = common_head(a, b), common_tail(a, b)
+    assert tail <= MAX_FIXED_TAIL, (name, a[len(a) - tail:])
+    # The fixed head is the instructions: most of the prompt when the inputs are short.
+    assert head > 800, (name, head)
+
+
+def test_cached_share_worked_by_hand():
+    layout = BenUtilLayout(instructions_chars=1000, suffix_chars=40)
+    # prefix = 1000/4 + 24 + 800 = 1074 tokens (>= 1024); per request 1074 + 16 + 40/4 = 1100;
+    # of 4 requests, 3 read the prefix: 3 * 1074 / (4 * 1100).
+    assert layout.cached_share("openai/gpt-4o", 24, 800, 16, 4) == pytest.approx(3 * 1074 / 4400)
+    # A prefix under the provider's minimum is not cached at all.
+    assert layout.cached_share("openai/gpt-4o", 24, 500, 16, 4) == 0.0
+    assert layout.cached_share("gemini/gemini-2.5-flash", 24, 800, 16, 1) == 0.0
+    # No provider cache known: no estimate (never a silent 0).
+    assert layout.cached_share("openai/local-smollm2", 24, 800, 16, 4) is None
+    assert layout.cached_share("together_ai/meta-llama/x", 24, 800, 16, 4) is None
+    assert cache_min_tokens("anthropic/claude-sonnet-4") == 1024
+    assert cache_min_tokens("gpt-4o") == 1024  # no prefix: litellm's default provider, OpenAI
