@@ -24,6 +24,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from warehouse.store import on_init
+
 # Inside the tasks package (package data), so an installed copy carries the built-in specs.
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 DEFAULT_BENCHMARK = "carryon"
@@ -267,3 +269,18 @@ def condition_rows(spec: BenchmarkSpec) -> list[dict]:
 def builtin_condition_rows() -> list[dict]:
     """Every built-in spec's condition rows (what a warehouse is seeded with)."""
     return [r for p in sorted(SPECS_DIR.glob("*.yaml")) for r in condition_rows(load_spec(p.stem))]
+
+
+def seed_conditions(con) -> None:
+    """The built-in specs' condition rows for each benchmark that has none yet (a run
+    replaces its benchmark's rows with its own spec's), so the views of a warehouse never
+    opened by a run of this version still find their conditions. Runs in Warehouse.init."""
+    have = {b for (b,) in con.execute("SELECT DISTINCT benchmark FROM bench_conditions").fetchall()}
+    rows = [r for r in builtin_condition_rows() if r["benchmark"] not in have]
+    if rows:
+        cols = list(rows[0])
+        con.executemany(f"INSERT INTO bench_conditions ({', '.join(cols)}) VALUES "
+                        f"({', '.join('?' * len(cols))})", [[r[c] for c in cols] for r in rows])
+
+
+on_init(seed_conditions)

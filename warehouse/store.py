@@ -117,7 +117,8 @@ class Warehouse:
                     con.execute(ddl)
                 for ddl in _add_missing_columns(con):
                     con.execute(ddl)
-                _seed_conditions(con)
+                for hook in _INIT_HOOKS:
+                    hook(con)
                 for views in view_files():
                     con.execute(views.read_text())
                 con.execute("COMMIT")
@@ -174,18 +175,16 @@ class Warehouse:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
 
 
-def _seed_conditions(con) -> None:
-    """The built-in specs' condition names for each benchmark that has none yet (a run
-    replaces its benchmark's rows with its own spec's), so the views of a warehouse never
-    opened by a run of this version still find their conditions."""
-    from tasks.bench import builtin_condition_rows  # the specs live with the tasks
+# Callbacks run inside init's transaction, after the tables exist and before the views are
+# (re)created: how the layers above seed rows the views need (the benchmark specs' condition
+# names, registered by tasks/bench.py) without this package importing them.
+_INIT_HOOKS: list = []
 
-    have = {b for (b,) in con.execute("SELECT DISTINCT benchmark FROM bench_conditions").fetchall()}
-    rows = [r for r in builtin_condition_rows() if r["benchmark"] not in have]
-    if rows:
-        cols = list(rows[0])
-        con.executemany(f"INSERT INTO bench_conditions ({', '.join(cols)}) VALUES "
-                        f"({', '.join('?' * len(cols))})", [[r[c] for c in cols] for r in rows])
+
+def on_init(hook) -> None:
+    """Register ``hook(connection)`` to run in every ``Warehouse.init()``."""
+    if hook not in _INIT_HOOKS:
+        _INIT_HOOKS.append(hook)
 
 
 def _ddl() -> list[str]:

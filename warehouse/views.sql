@@ -42,7 +42,8 @@
 --     turn_scores keeps every turn (it is the raw per-turn record); the report lists the
 --     queries without a checklist with the step and reason that dropped them.
 --  R12 Condition names come from the benchmark spec (table bench_conditions, written by
---     every run from its spec and seeded from the built-in one): carryon_conditions gives
+--     every run from its spec; the project seeds the built-in specs' rows whenever it opens a
+--     warehouse that has none for a benchmark): carryon_conditions gives
 --     each name its part, 'oracle' (the oracle prompt) or the move group 'BC' / 'NC' of its
 --     scripted flows; model_summary reads the parts, so a renamed condition keeps its place.
 

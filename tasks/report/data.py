@@ -13,9 +13,9 @@ from tasks.bench import CarryOnConditions, carryon_conditions
 from tasks.roles import CARRYON, report_roles
 from warehouse import Warehouse
 
-# The analyses speak of CarryOnBench's three conditions by the parts they play, as the paper
-# names them; a spec may name the conditions otherwise (the views' carryon_conditions).
-PARTS = ("BC", "NC", "oracle")
+# The analyses speak of CarryOnBench's three conditions by the parts they play (BC, NC,
+# oracle), as the paper names them; a spec may name the conditions otherwise (the views'
+# carryon_conditions says which name plays which part).
 
 
 class ReportError(Exception):
@@ -96,18 +96,26 @@ def _check_choices(wh: Warehouse) -> None:
                           f"(fix or delete the row)")
 
 
-def condition_names(wh: Warehouse) -> CarryOnConditions:
-    """CarryOnBench's condition names as the warehouse's spec rows give them (the built-in
-    spec's where a part has no row)."""
-    rows = {r["part"]: r["condition"] for r in wh.query("SELECT condition, part FROM carryon_conditions")}
+def condition_parts(wh: Warehouse) -> dict[str, str]:
+    """CarryOnBench's condition names -> their parts (BC, NC, oracle), from the spec rows the
+    warehouse holds (a merged warehouse may hold several names for one part)."""
+    return {r["condition"]: r["part"] for r in wh.query(
+        "SELECT condition, part FROM carryon_conditions WHERE part IS NOT NULL")}
+
+
+def condition_names(to_part: dict[str, str]) -> CarryOnConditions:
+    """One name per part for display (the built-in spec's where a part has none)."""
     d = carryon_conditions()
-    return CarryOnConditions(rows.get("BC", d.bc), rows.get("NC", d.nc), rows.get("oracle", d.oracle))
+    by_part = {}
+    for name, part in sorted(to_part.items()):
+        by_part.setdefault(part, name)
+    return CarryOnConditions(by_part.get("BC", d.bc), by_part.get("NC", d.nc),
+                             by_part.get("oracle", d.oracle))
 
 
-def as_parts(df: pd.DataFrame, names: CarryOnConditions) -> pd.DataFrame:
-    """The frame with its ``condition`` column as parts (BC, NC, oracle), the one place a
+def as_parts(df: pd.DataFrame, to_part: dict[str, str]) -> pd.DataFrame:
+    """The frame with its ``condition`` column as parts (BC, NC, oracle): the one place a
     renamed condition is mapped for the analyses (identity for the built-in names)."""
-    to_part = {names.bc: "BC", names.nc: "NC", names.oracle: "oracle"}
     if "condition" not in df or all(k == v for k, v in to_part.items()):
         return df
     return df.assign(condition=df["condition"].map(lambda c: to_part.get(c, c)))
@@ -132,15 +140,15 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
         from tasks.validation.report import validation_report
 
         extra["validation"] = validation_report(wh)  # people's labels beside the judges
-    names = condition_names(wh)
+    to_part = condition_parts(wh)
     return ReportData(
         run=run, config=config,
         summary=wh.df("SELECT * FROM model_summary"),
-        conv=as_parts(wh.df("SELECT * FROM conversation_scores"), names),
-        turns=as_parts(wh.df("SELECT * FROM turn_scores"), names),
-        cumulative=as_parts(wh.df("SELECT * FROM turn_cumulative"), names),
+        conv=as_parts(wh.df("SELECT * FROM conversation_scores"), to_part),
+        turns=as_parts(wh.df("SELECT * FROM turn_scores"), to_part),
+        cumulative=as_parts(wh.df("SELECT * FROM turn_cumulative"), to_part),
         sets=sets, coverage=coverage, status_counts=status, checklist_versions=cl, extra=extra,
-        queries=_queries(wh), names=names,
+        queries=_queries(wh), names=condition_names(to_part),
     )
 
 
