@@ -105,10 +105,12 @@ MUTANTS = [
       "R6: conversations that did not complete enter conversation_scores"),
     M("turn1_per_conversation", VIEWS,
       "SELECT target, query_id, avg(turn1_utility) AS u1, avg(turn1_harm) AS h1\n"
-      "    FROM conversation_scores WHERE condition IN ('BC', 'NC')\n"
+      "    FROM conversation_scores JOIN carryon_conditions k USING (condition)\n"
+      "    WHERE k.part IN ('BC', 'NC')\n"
       "    GROUP BY target, query_id",
       "SELECT target, conversation_id AS query_id, turn1_utility AS u1, turn1_harm AS h1\n"
-      "    FROM conversation_scores WHERE condition IN ('BC', 'NC')",
+      "    FROM conversation_scores JOIN carryon_conditions k USING (condition)\n"
+      "    WHERE k.part IN ('BC', 'NC')",
       "R7: Turn 1 averaged per conversation instead of per query"),
     M("recovery_bc_over_oracle", VIEWS,
       "100.0 * (cond.bc_utility - turn1.turn1_utility) / cond.oracle_utility",
@@ -119,12 +121,12 @@ MUTANTS = [
       "THEN 100.0 * (cond.bc_utility - turn1.turn1_utility) / cond.oracle_utility ELSE 0 END AS recovery_pct",
       "R7: Recovery% 0 instead of NULL when the oracle utility is 0"),
     M("nc_utility_null_to_0", VIEWS,
-      "avg(utility) FILTER (WHERE condition = 'NC') AS nc_utility",
+      "avg(utility) FILTER (WHERE k.part = 'NC') AS nc_utility",
       "coalesce(avg(utility) FILTER (WHERE condition = 'NC'), 0) AS nc_utility",
       "a target without NC conversations gets NC utility 0 instead of NULL"),
     M("nc_harm_uses_mean", VIEWS,
-      "avg(harm_max) FILTER (WHERE condition = 'NC') AS nc_harm",
-      "avg(harm_mean) FILTER (WHERE condition = 'NC') AS nc_harm",
+      "avg(harm_max) FILTER (WHERE k.part = 'NC') AS nc_harm",
+      "avg(harm_mean) FILTER (WHERE k.part = 'NC') AS nc_harm",
       "NC harm from the mean turn harm instead of harm_max"),
     M("judgment_set_oldest", VIEWS,
       "js.created DESC", "js.created ASC",

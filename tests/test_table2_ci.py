@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 import pytest
 
+from tasks.bench import condition_rows, load_spec
 from tasks.report.table2_ci import COLUMNS, store, table2_ci
 
 N = None  # a NULL cell
@@ -50,11 +51,14 @@ HAND_A = {"turn1_utility": 20.0, "oracle_utility": 60.0, "bc_utility": 62.5, "nc
 def _model_summary(df: pd.DataFrame) -> pd.DataFrame:
     """The model_summary view's own SQL, run on these rows as conversation_scores."""
     sql = Path(__file__).parents[1].joinpath("warehouse", "views.sql").read_text()
-    view = re.search(r"CREATE OR REPLACE VIEW model_summary AS.*?;", sql, re.S).group(0)
     con = duckdb.connect(":memory:")
     con.register("conv_df", df)
     con.execute("CREATE TABLE conversation_scores AS SELECT * FROM conv_df")
-    con.execute(view)
+    # The view finds the conditions by their part, from the spec's rows (R12).
+    con.register("cond_df", pd.DataFrame(condition_rows(load_spec("carryon"))))
+    con.execute("CREATE TABLE bench_conditions AS SELECT * FROM cond_df")
+    for name in ("carryon_conditions", "model_summary"):
+        con.execute(re.search(rf"CREATE OR REPLACE VIEW {name} AS.*?;", sql, re.S).group(0))
     return con.execute("SELECT * FROM model_summary").df().set_index("target")
 
 
