@@ -13,13 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator,
+    Field, ValidationError, create_model, field_validator, model_validator,
 )
 
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
@@ -38,93 +36,15 @@ class ConfigError(Exception):
     """A configuration problem a user must fix; the message names the file and field."""
 
 
-# Seeds are stored as BIGINT and sent to providers as 64-bit integers.
-INT64_MAX = 2**63 - 1
 # A config file larger than this is not a config file (and YAML parsing is not free).
 MAX_CONFIG_BYTES = 1_000_000
 
 
-class _Strict(BaseModel):
-    # strict: YAML already gives typed values, so `limit: true` or `seed: "3"` is a mistake to
-    # report, not something to coerce (lax mode would read true as 1). No inf/nan anywhere.
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class ModelEntry(_Strict):
-    """One model as the user writes it; unset fields come from ``models.defaults``."""
-
-    name: str | None = None
-    model: str | None = None
-    api_base: str | None = None
-    api_key_env: str | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, gt=0, le=10_000_000)
-    seed: int | None = Field(None, ge=-INT64_MAX - 1, le=INT64_MAX)
-    stop: list[str] | None = None
-    max_concurrency: int | None = Field(None, gt=0, le=100_000)
-    rpm: float | None = Field(None, gt=0)
-    timeout_s: float | None = Field(None, gt=0, le=86_400)
-    max_retries: int | None = Field(None, ge=0, le=100)
-    # How structured output is asked for: json_schema (OpenAI style), json_object with the
-    # schema attached (llama.cpp, vLLM), or prompt (schema in the prompt, for providers with
-    # neither). The answer is validated against the pydantic model in every case.
-    structured: Literal["json_schema", "json_object", "prompt"] | None = None
-    # Only for the wildguard role: "wildguard" = WildGuard's own text-completion format,
-    # "chat" = any chat model asked the same three questions.
-    mode: Literal["wildguard", "chat"] | None = None
-    # Reasoning models: litellm's reasoning_effort, and/or a thinking budget in tokens (sent
-    # as thinking={"type": "enabled", "budget_tokens": N}, for providers that take one; 0 asks
-    # Gemini 2.5 for no thinking). Both shape the output, so both are part of the cache key,
-    # but only when set. max_tokens must hold the budget plus the answer (`carryon plan` warns
-    # when it cannot).
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
-    thinking_budget: int | None = Field(None, ge=0, le=10_000_000)
-    # Groups targets in the report's per-family figure (e.g. "Qwen", "Llama"); the entry's
-    # name when unset. Report grouping only: not sent to the model, not in the cache key.
-    family: str | None = None
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A fully resolved model entry: what the gateway needs for a call."""
-
-    name: str
-    model: str
-    api_base: str | None
-    api_key_env: str | None
-    temperature: float
-    top_p: float | None
-    max_tokens: int
-    seed: int | None
-    stop: tuple[str, ...] | None
-    max_concurrency: int
-    rpm: float | None
-    timeout_s: float
-    max_retries: int
-    structured: str
-    mode: str
-    where: str  # the config path of the entry, for error messages ("models.targets[0]")
-    reasoning_effort: str | None = None
-    thinking_budget: int | None = None
-    family: str | None = None  # report grouping only: never in generation_params / the cache key
-
-    def generation_params(self) -> dict:
-        """Every parameter that determines the output (part of the cache key). The reasoning
-        controls appear only when set, so an entry without them keeps the keys (and judgment
-        set ids) it had before they existed."""
-        out = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_tokens": self.max_tokens,
-            "seed": self.seed,
-            "stop": list(self.stop) if self.stop else None,
-        }
-        if self.reasoning_effort is not None:
-            out["reasoning_effort"] = self.reasoning_effort
-        if self.thinking_budget is not None:
-            out["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
-        return out
+# The model entry (as written and as resolved) lives in tasks/model_entry.py; re-exported
+# here, where the stages and tests import it.
+from tasks.model_entry import (  # noqa: E402,F401
+    INT64_MAX, UNHASHED_ENTRY_FIELDS, ModelEntry, ModelSpec, PriceEntry, _Strict,
+)
 
 
 class DatasetConfig(_Strict):
@@ -297,6 +217,10 @@ class Config(_Strict):
             reasoning_effort=merged["reasoning_effort"],
             thinking_budget=merged["thinking_budget"],
             family=entry.family,
+            batch=bool(merged["batch"]),
+            batch_size=merged["batch_size"] or 1000,
+            batch_poll_s=merged["batch_poll_s"] or 30.0,
+            price=merged["price"],
         )
 
     def config_hash(self) -> str:
@@ -309,6 +233,11 @@ class Config(_Strict):
         for name in set(ROLES) - set(HASHED_ROLES):
             if doc["models"].get(name) is None:
                 doc["models"].pop(name, None)
+        for value in doc["models"].values():
+            for entry in value if isinstance(value, list) else [value]:
+                for key in UNHASHED_ENTRY_FIELDS:
+                    if isinstance(entry, dict):
+                        entry.pop(key, None)
         blob = json.dumps(doc, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

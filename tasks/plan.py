@@ -5,12 +5,17 @@ misuse, simulation with and without prefix sharing, safety) and upper bounds or 
 where they depend on model answers (guard and decomposition assume no answer is dropped;
 Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
 paper's mean of 18 items). Tokens per call are rough per-role estimates, stated as such;
-costs come from litellm's local price map and are blank for models it does not price.
+costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
+models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
+(``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
+batch_discount`` says otherwise) and with every prompt token a prompt-cache read
+(``cached_usd``, litellm's ``cache_read_input_token_cost``).
 """
 
 from __future__ import annotations
 
 from tasks.config import Config
+from tasks.gateway.prices import costs
 from tasks.roles import ROLE_TABLE, ROLES
 from tasks.data import select_queries
 from tasks.simulate import plan_calls
@@ -90,13 +95,16 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
         in_tokens = base_in + extra_prompt.get(role, 0)
         per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
-        costs = [_cost(s.model, int(per_model * in_tokens), int(per_model * out_tokens)) for s in specs]
-        cost = None if any(c is None for c in costs) else sum(costs)
+        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens)) for s in specs]
+        total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
+                 for k in ("live", "batch", "cached")}
         rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
                      "calls": n, "prompt_tokens": n * in_tokens, "completion_tokens": n * out_tokens,
-                     "cost_usd": round(cost, 2) if cost is not None else None})
+                     "cost_usd": total["live"], "batch_usd": total["batch"],
+                     "cached_usd": total["cached"]})
     total = sum(r["calls"] for r in rows)
     priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
     notes = [
         f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
         f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
@@ -107,7 +115,9 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
         f"estimated cost of priced models: ${sum(priced):.2f}" + (
-            "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else ""),
+            "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else "")
+        + f"; ${sum(batch):.2f} through provider batches (batch_usd); cached_usd prices every "
+          "prompt token as a prompt-cache read (the best case of prompt caching).",
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):

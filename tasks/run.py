@@ -58,6 +58,7 @@ class RunContext:
             from tasks.gateway import Gateway
 
             self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway)
+            self._gateway.batch_store = self.warehouse  # batch mode records its batches here
             from tasks.progress import set_activity
 
             set_activity(self._gateway.activity)  # heartbeat lines say what the models did

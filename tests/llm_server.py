@@ -1,7 +1,7 @@
 """A loopback LLM server that speaks the OpenAI HTTP API, for hermetic tests and benchmarks.
 
 It answers ``/v1/chat/completions`` and ``/v1/completions`` so the real litellm HTTP path is
-exercised. Answers are deterministic functions of the request:
+exercised, and the OpenAI batch API (files and batches: ``tests/llm_batch.py``). Answers are deterministic functions of the request:
 
 - structured requests (``response_format`` with a JSON schema) get a schema-valid instance
   whose booleans and integers vary with a hash of the prompt;
@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+
+from tests.llm_batch import BatchAPI, BatchFaults
 
 
 @dataclass
@@ -147,11 +149,14 @@ def default_answer(role: str, body: dict) -> str:
             f"here is what I can say about '{str(last)[:60]}'.")
 
 
-def answer(content: str | None, finish_reason: str = "stop", reasoning_tokens: int | None = None) -> dict:
-    """A scripted answer with a finish reason and reasoning tokens (usage's
-    completion_tokens_details), e.g. ``answer(None, "content_filter")`` for a provider block or
-    ``answer("", "length", 500)`` for a budget spent on thinking."""
-    return {"content": content, "finish_reason": finish_reason, "reasoning_tokens": reasoning_tokens}
+def answer(content: str | None, finish_reason: str = "stop", reasoning_tokens: int | None = None,
+           cached_tokens: int | None = None) -> dict:
+    """A scripted answer with a finish reason, reasoning tokens (usage's
+    completion_tokens_details) and cached prompt tokens (usage's prompt_tokens_details), e.g.
+    ``answer(None, "content_filter")`` for a provider block or ``answer("", "length", 500)``
+    for a budget spent on thinking."""
+    return {"content": content, "finish_reason": finish_reason, "reasoning_tokens": reasoning_tokens,
+            "cached_tokens": cached_tokens}
 
 
 def content_policy_error() -> web.Response:
@@ -173,6 +178,9 @@ class LLMServer:
         self.inflight = 0
         self.max_inflight = 0
         self._rng = random.Random(self.faults.seed)
+        # The OpenAI batch API (tests/llm_batch.py) and its faults.
+        self.batch_faults = BatchFaults()
+        self.batch = BatchAPI(self)
         self.port: int | None = None
         self._runner = None
         self._loop = None
@@ -236,16 +244,19 @@ class LLMServer:
             return content
         # A script may answer a dict: {"content": str | None, "finish_reason": "stop" |
         # "length" | "content_filter", "reasoning_tokens": int} (see ``answer``).
-        finish, reasoning = "stop", None
+        finish, reasoning, cached = "stop", None, None
         if isinstance(content, dict):
             finish = content.get("finish_reason", "stop")
             reasoning = content.get("reasoning_tokens")
+            cached = content.get("cached_tokens")
             content = content.get("content")
         usage = {"prompt_tokens": max(1, len(json.dumps(body.get("messages") or body.get("prompt"))) // 4),
                  "completion_tokens": max(1, len(content or "") // 4) + (reasoning or 0)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if reasoning is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         base = {"id": f"cmpl-{self.counts['total']}", "created": int(time.time()),
                 "model": body.get("model", "test"), "usage": usage}
         if kind == "chat":
@@ -301,6 +312,8 @@ class LLMServer:
             self.latency_s = body.get("latency_s", self.latency_s)
             for k, v in (body.get("faults") or {}).items():
                 setattr(self.faults, k, v)
+            for k, v in (body.get("batch_faults") or {}).items():
+                setattr(self.batch_faults, k, set(v) if k == "fail_lines" else v)
             return web.json_response({"ok": True})
 
         for prefix in ("", "/v1"):
@@ -308,6 +321,7 @@ class LLMServer:
             app.router.add_post(f"{prefix}/completions", completions)
             app.router.add_post(f"{prefix}/embeddings", embeddings)
             app.router.add_get(f"{prefix}/models", models)
+        self.batch.routes(app)
         app.router.add_get("/_stats", stats)
         app.router.add_post("/_reset", reset)
         app.router.add_post("/_config", configure)

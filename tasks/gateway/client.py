@@ -2,8 +2,10 @@
 
 It owns litellm (no other module imports it; its helpers are in transport.py), the
 content-hash cache, per-model concurrency and rpm limits, retries with backoff, structured
-output and its validation, and a provenance record per call. Model failures never raise: they come back as a ``CallResult`` with
-``error`` set, so a stage can record them as data. Configuration mistakes do raise.
+output and its validation (``answers.judge``, shared with the provider batch path of
+batch.py), and a provenance record per call. Model failures never raise: they come back as a
+``CallResult`` with ``error`` set, so a stage can record them as data. Configuration mistakes
+do raise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from tasks.config import GatewayConfig, ModelSpec, api_key_for
+from tasks.gateway.answers import fail, judge
 from tasks.gateway.cache import ResponseCache
 from tasks.gateway.junk import junk_reason
 from tasks.gateway.keys import cache_key, normalise_api_base
@@ -57,6 +60,8 @@ class CallResult:
     # Of completion_tokens, those spent on reasoning (usage.completion_tokens_details), where
     # the provider reports them.
     reasoning_tokens: int = 0
+    # Of prompt_tokens, those the provider served from its prompt cache (billed cheaper).
+    cached_tokens: int = 0
     finish_reason: str | None = None
     cost_usd: float = 0.0
     latency_s: float = 0.0
@@ -64,6 +69,7 @@ class CallResult:
     # True when the call failed because the server could not be reached at all (connection
     # refused or reset), as opposed to an answer that was an error.
     connect_failed: bool = False
+    batch_id: str | None = None  # the provider batch that answered it (tasks/gateway/batch.py)
     vectors: list | None = None  # embeddings (tasks/gateway/embed.py): one per input text
 
     @property
@@ -87,6 +93,10 @@ class Gateway:
         self.cache = ResponseCache(cache_dir)
         self.run_id = run_id
         self.cfg = cfg or GatewayConfig()
+        # The warehouse batch mode records its provider batches in (llm_batches), set by the
+        # run context; without one every call is live.
+        self.batch_store = None
+        self._batchers: dict = {}
         # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
         # shared by stages on different loops (Prefect may run sync tasks in threads) is safe.
         self._limits: dict[tuple, ModelLimits] = {}
@@ -94,7 +104,7 @@ class Gateway:
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache
         # hit after a real request, or a retry after a failure) merges into its row, so a
         # later hit never erases the attempts, tokens and cost of the real request.
-        self._seen: dict[str, tuple] = {}  # hash -> (cache_hit, attempts, pt, ct, cost, latency, rt)
+        self._seen: dict[str, dict] = {}  # hash -> the row's cache_hit, batch_id and _SUMMED
         self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
         # Per server (normalised api_base, or the model string without one): calls in a row
@@ -104,14 +114,34 @@ class Gateway:
 
     # ----- public API ----------------------------------------------------------------------
     async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
-                   schema: type[BaseModel] | None = None, sample_key: str | None = None) -> CallResult:
-        """One chat completion. With ``schema`` the answer is validated (``result.parsed``)."""
+                   schema: type[BaseModel] | None = None, sample_key: str | None = None,
+                   live: bool = False) -> CallResult:
+        """One chat completion. With ``schema`` the answer is validated (``result.parsed``).
+        A ``batch: true`` model's call waits for its provider batch (tasks/gateway/batching.py)
+        when the run gave the gateway a warehouse to record batches in, unless ``live``."""
         self._check_up(spec)
-        doc = schema_doc(schema) if schema is not None else None
-        key = cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
-                        params=spec.generation_params(), schema=doc,
-                        structured=spec.structured, sample_key=sample_key)
+        if spec.batch and self.batch_store is not None and not live:
+            return await self._batcher().chat(spec, role, messages, schema, sample_key)
+        key = self.chat_key(spec, messages, schema, sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
+
+    def _batcher(self):
+        # One collector per event loop, like the limits: its futures belong to one loop.
+        from tasks.gateway.batching import BatchCollector
+
+        loop = asyncio.get_running_loop()
+        if loop not in self._batchers:
+            self._batchers[loop] = BatchCollector(self, self.batch_store)
+        return self._batchers[loop]
+
+    @staticmethod
+    def chat_key(spec: ModelSpec, messages: list[dict], schema: type[BaseModel] | None = None,
+                 sample_key: str | None = None) -> str:
+        """The cache key of a chat call (the batch client files its answers under the same)."""
+        doc = schema_doc(schema) if schema is not None else None
+        return cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
+                         params=spec.generation_params(), schema=doc,
+                         structured=spec.structured, sample_key=sample_key)
 
     async def text(self, spec: ModelSpec, role: str, prompt: str, *,
                    sample_key: str | None = None) -> CallResult:
@@ -195,74 +225,86 @@ class Gateway:
             lim = self._limits[k] = ModelLimits(spec.max_concurrency, spec.rpm)
         return lim
 
+    # Numbers a provenance row adds up over the real requests of one call hash.
+    _SUMMED = ("attempts", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s",
+               "reasoning_tokens", "cached_tokens")
+
     def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
         prev = self._seen.get(r.call_hash)
-        now = (r.cached, r.attempts, r.prompt_tokens, r.completion_tokens, r.cost_usd, r.latency_s,
-               r.reasoning_tokens)
+        now = {"cache_hit": r.cached, "batch_id": r.batch_id, **{k: getattr(r, k) for k in self._SUMMED}}
         if prev is not None:
-            if r.cached and not prev[0]:
+            if r.cached and not prev["cache_hit"]:
                 return  # already recorded with its real request; a hit adds nothing
             if not r.cached:  # a new real request for this hash (the earlier one failed or hit)
-                base = prev if not prev[0] else (False, 0, 0, 0, 0.0, 0.0, 0)
-                now = (False, base[1] + r.attempts, base[2] + r.prompt_tokens,
-                       base[3] + r.completion_tokens, base[4] + r.cost_usd, base[5] + r.latency_s,
-                       base[6] + r.reasoning_tokens)
+                if not prev["cache_hit"]:
+                    now = {**now, **{k: prev[k] + now[k] for k in self._SUMMED},
+                           "batch_id": r.batch_id or prev["batch_id"]}
         self._seen[r.call_hash] = now
         self._pending[r.call_hash] = {
             "run_id": self.run_id, "call_hash": r.call_hash, "role": role, "model": spec.model,
-            "cache_hit": now[0], "attempts": now[1], "prompt_tokens": now[2],
-            "completion_tokens": now[3], "cost_usd": now[4], "latency_s": round(now[5], 4),
-            "reasoning_tokens": now[6],
+            **now, "latency_s": round(now["latency_s"], 4),
             "error": f"{r.error_kind}: {r.error}" if r.error else None,
         }
 
-    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
-        st = self._stat(role)
+    def _hit(self, key, role, spec, messages, prompt, schema) -> CallResult | None:
+        """The cached answer of ``key`` as a result (recorded), or None: a miss, an entry whose
+        schema no longer parses, or one stored before the junk rules that fails them."""
         hit = self.cache.get(key)
-        if hit is not None:
-            r = CallResult(call_hash=key, content=hit["content"], cached=True,
-                           prompt_tokens=hit.get("prompt_tokens", 0),
-                           completion_tokens=hit.get("completion_tokens", 0),
-                           reasoning_tokens=hit.get("reasoning_tokens", 0),
-                           cost_usd=hit.get("cost_usd", 0.0))
-            if schema is not None:
-                r.parsed, err = parse_structured(r.content, schema)
-                if err:  # a schema changed under an old entry: treat as a miss
-                    hit = None
-            if hit is not None and not hit.get("junk_checked") \
-                    and junk_reason(r.content, r.parsed, messages, prompt):
-                hit = None  # stored by a version without the junk rules: ask again
-            if hit is not None:
-                st.hits += 1
-                self._record(role, spec, r)
-                return r
-        r = await self._request(key, spec, role, messages, prompt, schema)
+        if hit is None:
+            return None
+        r = CallResult(call_hash=key, content=hit["content"], cached=True,
+                       prompt_tokens=hit.get("prompt_tokens", 0),
+                       completion_tokens=hit.get("completion_tokens", 0),
+                       reasoning_tokens=hit.get("reasoning_tokens", 0),
+                       cached_tokens=hit.get("cached_tokens", 0),
+                       cost_usd=hit.get("cost_usd", 0.0))
+        if schema is not None:
+            r.parsed, err = parse_structured(r.content, schema)
+            if err:  # a schema changed under an old entry: treat as a miss
+                return None
+        if not hit.get("junk_checked") and junk_reason(r.content, r.parsed, messages, prompt):
+            return None  # stored by a version without the junk rules: ask again
+        self._stat(role).hits += 1
+        self._record(role, spec, r)
+        return r
+
+    def _store(self, key: str, spec: ModelSpec, role: str, r: CallResult) -> None:
+        """Count a decided call, cache it when valid, record its provenance: the one ending of
+        a live request and of a batch line."""
+        st = self._stat(role)
         st.requests += r.attempts
         st.retries += max(0, r.attempts - 1)
         if r.ok:
             self.cache.set(key, {"content": r.content, "prompt_tokens": r.prompt_tokens,
                                  "completion_tokens": r.completion_tokens,
                                  "reasoning_tokens": r.reasoning_tokens,
+                                 "cached_tokens": r.cached_tokens,
                                  "cost_usd": r.cost_usd, "role": role, "model": spec.model,
                                  # passed junk_reason when stored: no re-check on every hit
                                  "junk_checked": True}, role)
         else:
             st.failures += 1
         self._record(role, spec, r)
+
+    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
+        hit = self._hit(key, role, spec, messages, prompt, schema)
+        if hit is not None:
+            return hit
+        r = await self._request(key, spec, role, messages, prompt, schema)
+        self._store(key, spec, role, r)
         self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
         return r
 
-    async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
-        """Send the request with retries (transport) and re-asks (invalid structured output)."""
-        litellm = _litellm()
-        r = CallResult(call_hash=key)
+    def _request_kwargs(self, spec: ModelSpec, role: str, messages, schema) -> tuple[dict, list | None]:
+        """litellm's arguments for a call, and the messages to send (the schema appended in
+        "prompt" structured mode). The batch client builds its request lines from the same."""
         kwargs = {
             "model": spec.model, "api_base": spec.api_base, "api_key": api_key_for(spec),
             "timeout": spec.timeout_s, "max_retries": 0, "num_retries": 0,
             "extra_headers": {"x-carryon-role": role},
             **{k: v for k, v in spec.generation_params().items() if v is not None},
         }
-        self._allow_reasoning_params(litellm, spec, kwargs)
+        self._allow_reasoning_params(_litellm(), spec, kwargs)
         if kwargs["api_key"] is None:
             # OpenAI-compatible local servers need some key; real providers fall back to
             # litellm's own env lookup when we pass none.
@@ -275,6 +317,13 @@ class Gateway:
                 kwargs["response_format"] = rf
             else:
                 messages = _with_schema_instructions(messages, schema)
+        return kwargs, messages
+
+    async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
+        """Send the request with retries (transport) and re-asks (invalid structured output)."""
+        litellm = _litellm()
+        r = CallResult(call_hash=key)
+        kwargs, messages = self._request_kwargs(spec, role, messages, schema)
         convo = list(messages) if messages is not None else None
         lim = self._limit(spec)
         reasks = 0
@@ -321,56 +370,13 @@ class Gateway:
                 kind = "content_blocked" if _is_safety_block(e) else "api_error"
                 return self._fail(r, started, kwargs.get("api_key"), kind, e)
 
-            usage = getattr(resp, "usage", None)
-            r.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
-            r.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
-            r.cost_usd += float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
-            reasoning = _reasoning_tokens(usage)
-            r.reasoning_tokens += reasoning
-            r.finish_reason = getattr(resp.choices[0], "finish_reason", None)
-            empty = not content or not content.strip()
-            if r.finish_reason == "content_filter":
-                return self._fail(r, started, kwargs.get("api_key"), "content_blocked",
-                                  "the provider stopped the answer (finish_reason content_filter)"
-                                  + ("" if empty else f"; partial output: {content[:100]!r}"))
-            if empty and (reasoning > 0 or r.finish_reason == "length"):
-                return self._fail(r, started, kwargs.get("api_key"), "reasoning_exhausted",
-                                  f"no answer: {reasoning} reasoning tokens, finish_reason "
-                                  f"{r.finish_reason}, max_tokens {spec.max_tokens}")
-            if empty:
-                return self._fail(r, started, kwargs.get("api_key"), "empty_output", "the model returned no text")
-            if schema is None:
-                junk = junk_reason(content, None, convo, prompt)
-                if junk is None:
-                    r.content = content
-                    r.latency_s = time.perf_counter() - started
-                    return r
-                # Free text: ask the same request again (only a sampled model can answer
-                # differently; a greedy one would repeat itself), then record the failure.
-                if spec.temperature and reasks < self.cfg.max_parse_retries:
-                    reasks += 1
-                    continue
-                return self._fail(r, started, kwargs.get("api_key"), "invalid_output",
-                                  f"not an answer: {junk}; last output: {content[:200]!r}")
-            parsed, err = parse_structured(content, schema)
-            if parsed is not None:
-                junk = junk_reason(content, parsed, messages, None)
-                if junk is None:
-                    r.content, r.parsed = content, parsed
-                    r.latency_s = time.perf_counter() - started
-                    return r
-                err = f"not an answer: {junk}"
-            if reasks >= self.cfg.max_parse_retries or convo is None:
-                return self._fail(r, started, kwargs.get("api_key"), "invalid_output",
-                                  f"{err}; last output: {content[:200]!r}")
-            # Re-ask with the invalid answer and the reason; the cache key stays the
-            # original request's, so a valid answer is stored under it.
+            decided, convo = judge(r, resp, content, spec=spec, messages=messages, convo=convo,
+                                   prompt=prompt, schema=schema, started=started,
+                                   api_key=kwargs.get("api_key"), reasks=reasks,
+                                   max_reasks=self.cfg.max_parse_retries)
+            if decided is not None:
+                return decided
             reasks += 1
-            convo = list(messages) + [
-                {"role": "assistant", "content": content},
-                {"role": "user", "content": f"That answer is not valid ({err}). Reply again with "
-                                            "only a JSON object that matches the schema."},
-            ]
 
     @staticmethod
     def _allow_reasoning_params(litellm, spec: ModelSpec, kwargs: dict) -> None:
@@ -392,12 +398,5 @@ class Gateway:
         base = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2 ** (n - 1))
         return base * random.uniform(0.5, 1.5)  # jitter: retries of many calls spread out
 
-    @staticmethod
-    def _fail(r: CallResult, started: float, api_key: str | None, kind: str, e) -> CallResult:
-        r.error_kind = kind
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        r.error = f"{type(e).__name__}: {msg[:300]}" if isinstance(e, Exception) else str(e)
-        if api_key and len(api_key) > 4:  # a provider echoing the key must not leak it
-            r.error = r.error.replace(api_key, "***")
-        r.latency_s = time.perf_counter() - started
-        return r
+    # Kept on the class: embed.py and the batch client fail results through the gateway.
+    _fail = staticmethod(fail)

@@ -110,6 +110,21 @@ def _reasoning_tokens(usage) -> int:
         return 0
 
 
+def _cached_tokens(usage) -> int:
+    """Prompt tokens the provider served from its prompt cache: OpenAI's
+    usage.prompt_tokens_details.cached_tokens, else Anthropic's cache_read_input_tokens
+    (litellm usually folds the latter into the former); 0 where the provider says nothing."""
+    def get(obj, name):
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    value = get(get(usage, "prompt_tokens_details"), "cached_tokens") if usage is not None else None
+    if not value and usage is not None:
+        value = get(usage, "cache_read_input_tokens")
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 _SAFETY_MARKS = ("content_policy_violation", "content_filter", "content management policy",
                  "content filtering policy", "safety system")
 

@@ -4,11 +4,11 @@ from warehouse.schema.checklists import (
     Checklist, ChecklistItem, ChecklistQuery, DecomposedItem, EnsembleAnswer, GuardVerdict,
     Intent, MergedItem, Query,
 )
-from warehouse.schema.engine import BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet
+from warehouse.schema.engine import BenchCondition, BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet
 from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
-from warehouse.schema.platform import LLMCall, Run
+from warehouse.schema.platform import LLMBatch, LLMCall, Run
 from warehouse.schema.report import Table2CI
 from warehouse.schema.simulation import Conversation, MoveCheck, Turn
 from warehouse.schema.validation import (
@@ -16,10 +16,10 @@ from warehouse.schema.validation import (
 )
 
 __all__ = [
-    "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet",
+    "BenchCondition", "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet",
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
-    "JudgmentSet", "LLMCall",
+    "JudgmentSet", "LLMBatch", "LLMCall",
     "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "Table2CI", "Turn",
     "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]

@@ -44,3 +44,31 @@ class LLMCall(SQLModel, table=True):
     error: str | None = None
     # Of completion_tokens, those spent on reasoning, where the provider reports them.
     reasoning_tokens: int | None = None
+    # Of prompt_tokens, those the provider served from its prompt cache (NULL: written before
+    # they were recorded).
+    cached_tokens: int | None = None
+    # The provider batch that answered the call (tasks/gateway/batch.py); NULL: a live call.
+    batch_id: str | None = None
+
+
+class LLMBatch(SQLModel, table=True):
+    """A provider batch the gateway submitted: enough to resume polling it after the process
+    died instead of paying for its lines again (tasks/gateway/batch.py)."""
+
+    __tablename__ = "llm_batches"
+    batch_id: str = Field(primary_key=True)  # the provider's id
+    run_id: str  # the run that submitted it
+    role: str
+    model: str
+    api_base: str | None = None
+    input_file_id: str
+    # JSON {custom_id: cache key}: which answer each line is
+    lines: str
+    n_lines: int
+    status: str  # the provider's last status (validating, in_progress, completed, expired, ...)
+    # True once its results went through the gateway (cached, recorded, failures retried live)
+    consumed: bool = False
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    submitted: dt.datetime
+    finished: dt.datetime | None = None

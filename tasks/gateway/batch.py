@@ -1,0 +1,327 @@
+"""Provider batch APIs through the gateway: the same answers as live calls, at batch prices.
+
+``await BatchClient(gateway, warehouse).run(calls)`` takes ``BatchCall``s (spec, role,
+messages, schema, sample_key) and returns one ``CallResult`` per call, in order, as
+``Gateway.chat`` would have:
+
+1. cache hits are answered from the gateway's cache, under the gateway's own cache key
+   (``Gateway.chat_key``): a batch run and a live run share every entry;
+2. the misses of models with ``batch: true`` are written as JSONL request lines (at most
+   ``batch_size`` per batch, one line per distinct cache key), uploaded and submitted; models
+   without it are called live;
+3. every submitted batch is stored in the warehouse table ``llm_batches`` (provider id, model,
+   role, the ``custom_id`` → cache key map, status) before it is polled, so a process killed
+   while it waits resumes polling the stored batch on the next run instead of paying again;
+4. batches are polled every ``batch_poll_s`` seconds (progress: submitted / done / pending);
+5. each answered line goes through the live path's own judging (``answers.judge``: parse,
+   schema validation, junk rules, failure kinds), cache write and provenance row
+   (``Gateway._store``), with ``batch_id`` set;
+6. lines the batch did not answer (error file, expired or cancelled batch) and answers that
+   need a re-ask are sent once through ``Gateway.chat`` (its own retries and re-asks); what
+   still fails is a ``CallResult`` with ``error_kind``, never an exception.
+
+Providers: litellm 1.110.2 (pinned) routes ``acreate_batch`` / ``aretrieve_batch`` /
+``acreate_file`` / ``afile_content`` to OpenAI-compatible servers (``openai``,
+``hosted_vllm``, ``litellm_proxy``), Azure OpenAI, Vertex AI, xAI, and through provider
+configs Bedrock, Mistral and Gemini. Anthropic has a ``retrieve_batch`` and a files adapter
+but no ``create_batch`` route, so its Message Batches cannot be submitted through litellm.
+This module speaks the OpenAI batch format (JSONL ``{"custom_id", "method", "url",
+"body"}``), which fits the OpenAI-compatible providers and Azure; other providers fall back
+to live calls with a warning. Only the OpenAI path is tested (the loopback server of
+``tests/llm_server.py``). Request lines carry the same body the live path sends for these
+models (messages, generation parameters, response_format); providers that rename parameters
+(e.g. max_completion_tokens for OpenAI reasoning models) are not translated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from tasks.config import ModelSpec
+from tasks.gateway.answers import judge
+from tasks.gateway.client import CallResult, Gateway
+from tasks.gateway.keys import normalise_api_base
+from tasks.gateway.prices import costs
+from tasks.gateway.transport import _litellm
+
+log = logging.getLogger("carryon.gateway.batch")
+
+# litellm providers whose batch API takes OpenAI-format JSONL lines.
+OPENAI_FORMAT_PROVIDERS = ("openai", "hosted_vllm", "litellm_proxy", "azure")
+TERMINAL = ("completed", "expired", "cancelled", "failed")
+# Arguments of a litellm call that are not part of the provider's request body.
+_NOT_BODY = ("api_base", "api_key", "timeout", "max_retries", "num_retries", "extra_headers",
+             "allowed_openai_params")
+
+
+@dataclass
+class BatchCall:
+    spec: ModelSpec
+    role: str
+    messages: list[dict]
+    schema: type[BaseModel] | None = None
+    sample_key: str | None = None
+
+
+@dataclass
+class _Line:
+    key: str
+    call: BatchCall
+    idx: list[int]  # positions in the caller's list that this distinct request answers
+
+
+class BatchClient:
+    def __init__(self, gateway: Gateway, warehouse):
+        self.gw = gateway
+        self.wh = warehouse
+
+    async def run(self, calls: list[BatchCall]) -> list[CallResult]:
+        results: list[CallResult | None] = [None] * len(calls)
+        todo: dict[str, _Line] = {}
+        for i, c in enumerate(calls):
+            key = self.gw.chat_key(c.spec, c.messages, c.schema, c.sample_key)
+            if key in todo:
+                todo[key].idx.append(i)
+                continue
+            hit = self.gw._hit(key, c.role, c.spec, c.messages, None, c.schema)
+            if hit is not None:
+                results[i] = hit
+            else:
+                todo[key] = _Line(key, c, [i])
+        ok = {spec: self._batchable(spec) for spec in {ln.call.spec for ln in todo.values()}}
+        live = [ln for ln in todo.values() if not ok[ln.call.spec]]
+        batched = [ln for ln in todo.values() if ok[ln.call.spec]]
+        retry: list[_Line] = []
+        if batched:
+            stored = self._resume(batched)
+            fresh = [ln for ln in batched if ln.key not in stored["covered"]]
+            open_batches = stored["batches"] + await self._submit(fresh)
+            retry = await self._collect(open_batches, {ln.key: ln for ln in batched}, results)
+        answers = await asyncio.gather(*(self._live(ln) for ln in live + retry))
+        for ln, r in zip(live + retry, answers):
+            for i in ln.idx:
+                results[i] = r
+        return results  # type: ignore[return-value]
+
+    # ----- submit --------------------------------------------------------------------------
+    @staticmethod
+    def _batchable(spec: ModelSpec) -> bool:
+        if not spec.batch:
+            return False
+        provider = _litellm().get_llm_provider(spec.model)[1]
+        if provider not in OPENAI_FORMAT_PROVIDERS:
+            log.warning("%s (%s): litellm provider %s has no OpenAI-format batch API here; "
+                        "calling it live", spec.where, spec.model, provider)
+            return False
+        return True
+
+    def _body(self, ln: _Line) -> dict:
+        """The request line's body: what the live path sends for this call."""
+        c = ln.call
+        kwargs, messages = self.gw._request_kwargs(c.spec, c.role, c.messages, c.schema)
+        body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY}
+        body["model"] = _litellm().get_llm_provider(c.spec.model)[0]
+        return {"messages": messages, **body}
+
+    @staticmethod
+    def _creds(spec: ModelSpec) -> dict:
+        from tasks.config import api_key_for
+
+        # No retries inside the SDK: a failed poll is polled again, a failed submit goes live.
+        out = {"custom_llm_provider": _litellm().get_llm_provider(spec.model)[1], "max_retries": 0}
+        if spec.api_base:
+            out["api_base"] = spec.api_base
+        key = api_key_for(spec) or ("none" if spec.api_base else None)
+        if key:
+            out["api_key"] = key
+        return out
+
+    async def _submit(self, lines: list[_Line]) -> list[dict]:
+        groups: dict[tuple, list[_Line]] = {}
+        for ln in lines:
+            s = ln.call.spec
+            groups.setdefault((s.model, normalise_api_base(s.api_base), ln.call.role), []).append(ln)
+        out = []
+        for group in groups.values():
+            spec, role = group[0].call.spec, group[0].call.role
+            for start in range(0, len(group), spec.batch_size):
+                chunk = group[start:start + spec.batch_size]
+                try:
+                    out.append(await self._submit_one(spec, role, chunk))
+                except Exception as e:  # an upload or submit refused: these lines go live
+                    log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
+                                spec.where, spec.model, type(e).__name__, str(e)[:200], len(chunk))
+                    out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, ln
+                                                                       in enumerate(chunk)})})
+        if out:
+            log.info("batches: %d submitted (%d lines)", sum(b["batch_id"] is not None for b in out),
+                     len(lines))
+        return out
+
+    async def _submit_one(self, spec: ModelSpec, role: str, lines: list[_Line]) -> dict:
+        litellm, creds = _litellm(), self._creds(spec)
+        cids = {f"{n}": ln.key for n, ln in enumerate(lines)}
+        data = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                   "body": self._body(ln)}, ensure_ascii=False) + "\n"
+                       for cid, ln in zip(cids, lines)).encode()
+        f = await litellm.acreate_file(file=("carryon-batch.jsonl", data, "application/jsonl"),
+                                       purpose="batch", **creds)
+        b = await litellm.acreate_batch(completion_window="24h", endpoint="/v1/chat/completions",
+                                        input_file_id=f.id, metadata={"carryon_role": role}, **creds)
+        # Stored before the first poll: from here on a dead process resumes, never resubmits.
+        row = {"batch_id": b.id, "run_id": self.gw.run_id, "role": role, "model": spec.model,
+               "api_base": normalise_api_base(spec.api_base), "input_file_id": f.id,
+               "lines": json.dumps(cids), "n_lines": len(cids), "status": b.status,
+               "consumed": False, "output_file_id": None, "error_file_id": None,
+               "submitted": dt.datetime.now(dt.timezone.utc), "finished": None}
+        self.wh.write("llm_batches", [row])
+        return row
+
+    def _resume(self, lines: list[_Line]) -> dict:
+        """Stored batches not yet consumed that hold any of these requests."""
+        keys = {ln.key for ln in lines}
+        found, covered = [], set()
+        for row in self.wh.query("SELECT * FROM llm_batches WHERE NOT consumed ORDER BY submitted"):
+            mine = keys & set(json.loads(row["lines"]).values())
+            if mine:
+                found.append(row)
+                covered |= mine
+        if found:
+            log.info("batches: resuming %d stored batch(es) (%d lines)", len(found), len(covered))
+        return {"batches": found, "covered": covered}
+
+    # ----- poll and collect ----------------------------------------------------------------
+    async def _collect(self, batches: list[dict], lines: dict[str, _Line],
+                       results: list) -> list[_Line]:
+        """Poll until every batch ended, feed its answers through the gateway, and return the
+        lines to retry live (each once, even if it was in several batches)."""
+        retry: dict[str, _Line] = {}
+        answered: set[str] = set()
+        for row in batches:  # never submitted: every line live
+            if row["batch_id"] is None:
+                retry.update({k: lines[k] for k in json.loads(row["lines"]).values()})
+        batches = [b for b in batches if b["batch_id"] is not None]
+        pending = list(batches)
+        errors: dict[str, int] = {}
+        while pending:
+            poll_s = min(lines[k].call.spec.batch_poll_s for b in pending
+                         for k in json.loads(b["lines"]).values() if k in lines)
+            await asyncio.sleep(poll_s)
+            still = []
+            for row in pending:
+                spec = self._spec_of(row, lines)
+                try:
+                    b = await _litellm().aretrieve_batch(batch_id=row["batch_id"], **self._creds(spec))
+                except Exception as e:
+                    # Polling failed (network, provider hiccup): poll again, up to max_retries
+                    # times in a row; then its lines go live and the row stays unconsumed.
+                    errors[row["batch_id"]] = n = errors.get(row["batch_id"], 0) + 1
+                    log.warning("batch %s: poll failed (%s: %s)", row["batch_id"],
+                                type(e).__name__, str(e)[:200])
+                    if n <= spec.max_retries:
+                        still.append(row)
+                    else:
+                        retry.update({k: lines[k] for k in json.loads(row["lines"]).values()
+                                      if k in lines})
+                    continue
+                errors.pop(row["batch_id"], None)
+                if b.status not in TERMINAL:
+                    if b.status != row["status"]:
+                        row["status"] = b.status
+                        self.wh.write("llm_batches", [row])
+                    still.append(row)
+                    continue
+                row.update(status=b.status, output_file_id=b.output_file_id,
+                           error_file_id=b.error_file_id, finished=dt.datetime.now(dt.timezone.utc))
+                try:
+                    done, failed = await self._consume(row, spec, lines, results)
+                except Exception as e:  # its files unreadable: every line live, row unconsumed
+                    log.warning("batch %s: results not read (%s: %s); its lines go live",
+                                row["batch_id"], type(e).__name__, str(e)[:200])
+                    retry.update({k: lines[k] for k in json.loads(row["lines"]).values()
+                                  if k in lines})
+                    self.wh.write("llm_batches", [row])
+                    continue
+                answered |= done
+                retry.update({k: lines[k] for k in failed if k in lines})
+                row["consumed"] = True
+                self.wh.write("llm_batches", [row])
+            pending = still
+            log.info("batches: %d submitted, %d done, %d pending",
+                     len(batches), len(batches) - len(pending), len(pending))
+        return [ln for k, ln in retry.items() if k not in answered]
+
+    @staticmethod
+    def _spec_of(row: dict, lines: dict[str, _Line]) -> ModelSpec:
+        for k in json.loads(row["lines"]).values():
+            if k in lines:
+                return lines[k].call.spec
+        raise KeyError(row["batch_id"])  # _resume only keeps batches holding our lines
+
+    async def _read(self, file_id: str | None, spec: ModelSpec) -> list[dict]:
+        if not file_id:
+            return []
+        content = await _litellm().afile_content(file_id=file_id, **self._creds(spec))
+        return [json.loads(x) for x in content.content.decode().splitlines() if x.strip()]
+
+    async def _consume(self, row: dict, spec: ModelSpec, lines: dict[str, _Line],
+                       results: list) -> tuple[set[str], set[str]]:
+        """Judge, cache and record every answered line; return (decided keys, keys to retry)."""
+        cids: dict[str, str] = json.loads(row["lines"])
+        done: set[str] = set()
+        for out in await self._read(row["output_file_id"], spec):
+            key = cids.get(out.get("custom_id"))
+            resp = out.get("response") or {}
+            # A line of a resumed batch that no caller asks for any more is dropped: without
+            # its call (schema, role) it cannot be judged.
+            if key not in lines or resp.get("status_code") != 200 or key in done:
+                continue
+            r = self._decide(key, lines[key], resp["body"], row["batch_id"])
+            if r is not None:
+                done.add(key)
+                for i in lines[key].idx:
+                    results[i] = r
+        errors = len(await self._read(row["error_file_id"], spec))
+        failed = {k for k in cids.values() if k not in done}
+        if failed:
+            log.info("batch %s %s: %d answered, %d error lines, %d to retry live",
+                     row["batch_id"], row["status"], len(done), errors, len(failed))
+        return done, failed
+
+    def _decide(self, key: str, ln: _Line, body: dict, batch_id: str) -> CallResult | None:
+        """One answered line through the live path's judging and storing; None: it needs a
+        re-ask, which the live retry does (the batch attempt stays in its provenance row)."""
+        litellm, c = _litellm(), ln.call
+        resp = litellm.ModelResponse(**body)
+        content = resp.choices[0].message.content if resp.choices else None
+        _, messages = self.gw._request_kwargs(c.spec, c.role, c.messages, c.schema)
+        r = CallResult(call_hash=key, attempts=1, batch_id=batch_id)
+        decided, again = judge(r, resp, content, spec=c.spec, messages=messages, convo=list(messages),
+                               prompt=None, schema=c.schema, started=time.perf_counter(),
+                               api_key=None, reasks=0, max_reasks=self.gw.cfg.max_parse_retries,
+                               cost=_batch_cost(c.spec, body))
+        if decided is None:
+            r.error_kind, r.error = "invalid_output", "batch answer needs a re-ask; retried live"
+            self.gw._record(c.role, c.spec, r)
+            return None
+        self.gw._store(key, c.spec, c.role, decided)
+        return decided
+
+    async def _live(self, ln: _Line) -> CallResult:
+        c = ln.call
+        return await self.gw.chat(c.spec, c.role, c.messages, schema=c.schema,
+                                  sample_key=c.sample_key, live=True)
+
+
+def _batch_cost(spec: ModelSpec, body: dict) -> float:
+    """The line's price at the model's batch rate (tasks/gateway/prices.py); 0 where unpriced."""
+    usage = body.get("usage") or {}
+    cost = costs(spec, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))["batch"]
+    return cost or 0.0

@@ -1,0 +1,62 @@
+"""What a model's tokens cost: live, through a provider batch, and as cached prompt input.
+
+Rates come from a model entry's ``price:`` (USD per million tokens, ``batch_discount`` the
+fraction a batch takes off the live price) where set, else from litellm's local price map
+(``input_cost_per_token``, ``output_cost_per_token``, ``cache_read_input_token_cost``). A
+batch costs ``1 - batch_discount`` of live, 0.5 by default (OpenAI's, Anthropic's and
+Gemini's batch discount). A rate nobody knows is None, and so is every cost built on it.
+Prices shape the bill, not the answers: never in a cache key or the config hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.config import ModelSpec
+from tasks.gateway.transport import _litellm
+
+DEFAULT_BATCH_DISCOUNT = 0.5
+
+
+@dataclass(frozen=True)
+class Rates:
+    input: float | None  # USD per prompt token
+    output: float | None  # USD per completion token
+    cached_input: float | None  # USD per prompt token read from the provider's prompt cache
+    batch_discount: float = DEFAULT_BATCH_DISCOUNT
+
+
+def _litellm_info(model: str) -> dict:
+    try:
+        return dict(_litellm().get_model_info(model) or {})
+    except Exception:  # unpriced (local, custom or unknown) model
+        return {}
+
+
+def rates(spec: ModelSpec) -> Rates:
+    info = _litellm_info(spec.model)
+    p = spec.price
+
+    def pick(override_mtok, litellm_key):
+        if override_mtok is not None:
+            return override_mtok / 1e6
+        return info.get(litellm_key)
+
+    return Rates(
+        input=pick(p.input_per_mtok if p else None, "input_cost_per_token"),
+        output=pick(p.output_per_mtok if p else None, "output_cost_per_token"),
+        cached_input=pick(p.cached_input_per_mtok if p else None, "cache_read_input_token_cost"),
+        batch_discount=p.batch_discount if p and p.batch_discount is not None else DEFAULT_BATCH_DISCOUNT,
+    )
+
+
+def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float) -> dict:
+    """``{"live", "batch", "cached"}`` in USD for these tokens: live rates; the batch price;
+    every prompt token a cache read (the best case of prompt caching), completions live."""
+    r = rates(spec)
+    if r.input is None or r.output is None:
+        return {"live": None, "batch": None, "cached": None}
+    live = prompt_tokens * r.input + completion_tokens * r.output
+    cached = (None if r.cached_input is None
+              else prompt_tokens * r.cached_input + completion_tokens * r.output)
+    return {"live": live, "batch": live * (1 - r.batch_discount), "cached": cached}

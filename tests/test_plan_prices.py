@@ -1,0 +1,77 @@
+"""Live, batch and cached-input prices (tasks/gateway/prices.py) and their columns in
+`carryon plan`, worked by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from tasks.config import PriceEntry, load_config
+from tasks.gateway.prices import costs, rates
+from tasks.plan import make_plan
+from tests.test_batch_api import spec_for
+
+
+class _Server:
+    api_base = "http://127.0.0.1:9/v1"
+
+
+def test_litellm_price_map_rates_for_a_priced_model():
+    # litellm's local map for gpt-4o-mini: $0.15 in, $0.60 out, $0.075 cached in, per M tokens.
+    s = spec_for(_Server, model="openai/gpt-4o-mini")
+    got = costs(s, 1_000_000, 1_000_000)
+    assert got["live"] == pytest.approx(0.15 + 0.60)  # 0.75
+    assert got["batch"] == pytest.approx(0.75 * 0.5)  # 0.375: half of live by default
+    assert got["cached"] == pytest.approx(0.075 + 0.60)  # 0.675
+
+
+def test_config_price_overrides_litellm_and_unpriced_models_are_blank():
+    s = spec_for(_Server, model="openai/gpt-4o-mini",
+                 price=PriceEntry(input_per_mtok=2.0, output_per_mtok=8.0,
+                                  cached_input_per_mtok=0.5, batch_discount=0.4))
+    got = costs(s, 500_000, 250_000)
+    assert got["live"] == pytest.approx(0.5 * 2.0 + 0.25 * 8.0)  # 1.0 + 2.0 = 3.0
+    assert got["batch"] == pytest.approx(3.0 * 0.6)  # 40% off: 1.8
+    assert got["cached"] == pytest.approx(0.5 * 0.5 + 0.25 * 8.0)  # 0.25 + 2.0 = 2.25
+    unpriced = spec_for(_Server, model="openai/test-judge")
+    assert costs(unpriced, 10, 10) == {"live": None, "batch": None, "cached": None}
+    # A price for input and output only: no cached rate, so no cached cost.
+    half = replace(unpriced, price=PriceEntry(input_per_mtok=1.0, output_per_mtok=1.0))
+    assert rates(half).cached_input is None and costs(half, 1e6, 0)["cached"] is None
+    assert costs(half, 1e6, 0)["live"] == pytest.approx(1.0)
+
+
+def test_plan_prints_live_batch_and_cached_columns(tmp_path):
+    from tests.conftest import base_config
+
+    cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(cfg))
+    cfg["models"]["safety_judge"]["price"] = {"input_per_mtok": 2.0, "output_per_mtok": 8.0,
+                                              "cached_input_per_mtok": 0.5}
+    priced = tmp_path / "priced.yaml"
+    priced.write_text(yaml.safe_dump(cfg))
+    a, b = load_config(plain), load_config(priced)
+    assert a.config_hash() == b.config_hash()  # a price is not part of the run's identity
+    rows = {r["role"]: r for r in make_plan(b)[0]}
+    row = rows["safety_judge"]
+    pt, ct = row["prompt_tokens"], row["completion_tokens"]
+    assert row["cost_usd"] == round(pt * 2.0 / 1e6 + ct * 8.0 / 1e6, 2)
+    assert row["batch_usd"] == round((pt * 2.0 / 1e6 + ct * 8.0 / 1e6) * 0.5, 2)
+    assert row["cached_usd"] == round(pt * 0.5 / 1e6 + ct * 8.0 / 1e6, 2)
+    # The loopback test models are unpriced: blank in all three columns.
+    assert (rows["targets"]["cost_usd"], rows["targets"]["batch_usd"], rows["targets"]["cached_usd"]) \
+        == (None, None, None)
+    # `carryon plan` prints the three columns (its table prints every key of the rows).
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    out = CliRunner().invoke(app, ["plan", "--config", str(priced)], catch_exceptions=False).output
+    header = next(x for x in out.splitlines() if x.startswith("role "))
+    assert header.split()[-3:] == ["cost_usd", "batch_usd", "cached_usd"]
+    line = next(x for x in out.splitlines() if x.startswith("safety_judge "))
+    assert line.split()[-3:] == [f"{row['cost_usd']:.4g}", f"{row['batch_usd']:.4g}",
+                                 f"{row['cached_usd']:.4g}"]
