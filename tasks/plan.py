@@ -8,14 +8,19 @@ paper's mean of 18 items). Tokens per call are rough per-role estimates, stated 
 costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
 models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
-batch_discount`` says otherwise) and with every prompt token a prompt-cache read
-(``cached_usd``, litellm's ``cache_read_input_token_cost``).
+batch_discount`` says otherwise) and with the provider's prompt cache where the prompt
+layout allows it (``cached_usd``: Ben-Util's requests of one response share a prefix,
+tasks/prompt_layout.py, read at litellm's ``cache_read_input_token_cost``; the other roles
+are priced live there).
 """
 
 from __future__ import annotations
 
 from tasks.config import Config
 from tasks.gateway.prices import costs
+from tasks.prompt_layout import (
+    CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
+)
 from tasks.roles import ROLE_TABLE, ROLES
 from tasks.data import select_queries
 from tasks.simulate import plan_calls
@@ -25,6 +30,38 @@ PAPER_MEAN_ITEMS = 18
 # Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
 # role table's (tasks/roles.py).
 _BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
+
+
+def _cache_share(role: str, spec, target_out: int, mean_items: float) -> float | None:
+    """The share of a role's prompt tokens a provider prompt cache can serve, as the prompt
+    layout allows (tasks/prompt_layout.py): Ben-Util's requests of one response share their
+    prefix; no other role's shared prefix is estimated (0: priced live)."""
+    if role != "benutil_judge":
+        return 0.0
+    return benutil_layout().cached_share(spec.model, QUERY_TOKENS, target_out, ITEM_TOKENS,
+                                         mean_items)
+
+
+def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
+    out = []
+    layout = benutil_layout()
+    prefix = round(layout.instructions_chars / CHARS_PER_TOKEN + QUERY_TOKENS + target_out)
+    for s in cfg.role_specs("benutil_judge"):
+        floor = cache_min_tokens(s.model)
+        share = _cache_share("benutil_judge", s, target_out, mean_items)
+        if floor is None:
+            why = "its provider's prompt cache is not known here: no cached price"
+        elif share:
+            why = (f"{share:.0%} of its prompt tokens can be cache reads (the later "
+                   f"{mean_items - 1:.0f} of ~{mean_items:.0f} requests per response)")
+        else:
+            why = (f"below the provider's {floor:,}-token minimum: no prompt caching, so "
+                   "cached_usd = cost_usd (longer responses would pass it)")
+        out.append(f"prompt caching, benutil_judge {s.model}: a response's requests share a "
+                   f"prefix of about {prefix:,} tokens (instructions, query, a response of "
+                   f"~{target_out} tokens); {why}.")
+    out.append("prompt caching of the other roles is not estimated (cached_usd = cost_usd).")
+    return out
 
 
 def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
@@ -95,7 +132,8 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
         in_tokens = base_in + extra_prompt.get(role, 0)
         per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
-        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens)) for s in specs]
+        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens),
+                        _cache_share(role, s, target_out, mean_items)) for s in specs]
         total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
                  for k in ("live", "batch", "cached")}
         rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
@@ -105,6 +143,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
     total = sum(r["calls"] for r in rows)
     priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
+    cached = [r["cached_usd"] for r in rows if r["cached_usd"] is not None]
     notes = [
         f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
         f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
@@ -116,8 +155,9 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         "bounds; tokens are rough per-role estimates.",
         f"estimated cost of priced models: ${sum(priced):.2f}" + (
             "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else "")
-        + f"; ${sum(batch):.2f} through provider batches (batch_usd); cached_usd prices every "
-          "prompt token as a prompt-cache read (the best case of prompt caching).",
+        + f"; ${sum(batch):.2f} through provider batches (batch_usd); ${sum(cached):.2f} with "
+          "provider prompt caching where the prompt layout allows it (cached_usd).",
+        *_cache_notes(cfg, target_out, mean_items),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):

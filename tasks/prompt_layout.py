@@ -24,6 +24,10 @@ CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 1024, "vertex_ai": 
                     "anthropic": 1024, "bedrock": 1024}
 # The plan's token estimates count characters / 4 (English prose); the same ratio here.
 CHARS_PER_TOKEN = 4
+# Rough lengths the plan assumes for a query and a checklist item (CASE-Bench's queries and
+# the decomposer's yes/no questions are a sentence each).
+QUERY_TOKENS = 30
+ITEM_TOKENS = 20
 
 
 def provider(model: str) -> str:

@@ -60,7 +60,8 @@ def test_plan_prints_live_batch_and_cached_columns(tmp_path):
     pt, ct = row["prompt_tokens"], row["completion_tokens"]
     assert row["cost_usd"] == round(pt * 2.0 / 1e6 + ct * 8.0 / 1e6, 2)
     assert row["batch_usd"] == round((pt * 2.0 / 1e6 + ct * 8.0 / 1e6) * 0.5, 2)
-    assert row["cached_usd"] == round(pt * 0.5 / 1e6 + ct * 8.0 / 1e6, 2)
+    # Safety requests share no prefix worth caching (one per turn): priced live.
+    assert row["cached_usd"] == row["cost_usd"]
     # The loopback test models are unpriced: blank in all three columns.
     assert (rows["targets"]["cost_usd"], rows["targets"]["batch_usd"], rows["targets"]["cached_usd"]) \
         == (None, None, None)
@@ -75,3 +76,34 @@ def test_plan_prints_live_batch_and_cached_columns(tmp_path):
     line = next(x for x in out.splitlines() if x.startswith("safety_judge "))
     assert line.split()[-3:] == [f"{row['cost_usd']:.4g}", f"{row['batch_usd']:.4g}",
                                  f"{row['cached_usd']:.4g}"]
+
+
+def test_plan_prices_benutil_prompt_caching_from_the_layout(tmp_path):
+    from tests.conftest import base_config
+    from tasks.prompt_layout import benutil_layout
+
+    cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
+    cfg["models"]["benutil_judge"]["price"] = {"input_per_mtok": 2.0, "output_per_mtok": 8.0,
+                                               "cached_input_per_mtok": 0.5}
+    path = tmp_path / "c.yaml"
+    for max_tokens, cached in ((256, False), (2048, True)):
+        cfg["models"]["targets"][0]["max_tokens"] = max_tokens
+        path.write_text(yaml.safe_dump(cfg))
+        rows, notes = make_plan(load_config(path))
+        row = next(r for r in rows if r["role"] == "benutil_judge")
+        pt, ct = row["prompt_tokens"], row["completion_tokens"]
+        live = pt * 2.0 / 1e6 + ct * 8.0 / 1e6
+        assert row["cost_usd"] == round(live, 2)
+        if not cached:
+            # responses of ~128 tokens: a prefix of ~594 tokens, under OpenAI's 1,024
+            assert row["cached_usd"] == row["cost_usd"]
+            assert any("below the provider's 1,024-token minimum" in n for n in notes)
+            continue
+        # responses of ~1024 tokens: prefix = instructions/4 + 30 + 1024 tokens; per request
+        # prefix + 20 (item) + suffix/4; 17 of 18 requests read the prefix.
+        lay = benutil_layout()
+        prefix = lay.instructions_chars / 4 + 30 + 1024
+        share = 17 * prefix / (18 * (prefix + 20 + lay.suffix_chars / 4))
+        want = pt * (share * 0.5 + (1 - share) * 2.0) / 1e6 + ct * 8.0 / 1e6
+        assert row["cached_usd"] == round(want, 2) < row["cost_usd"]
+        assert any(f"{share:.0%} of its prompt tokens can be cache reads" in n for n in notes)

@@ -50,13 +50,20 @@ def rates(spec: ModelSpec) -> Rates:
     )
 
 
-def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float) -> dict:
+def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float,
+          cached_share: float | None = 1.0) -> dict:
     """``{"live", "batch", "cached"}`` in USD for these tokens: live rates; the batch price;
-    every prompt token a cache read (the best case of prompt caching), completions live."""
+    and with ``cached_share`` of the prompt tokens read from the provider's prompt cache
+    (1.0, the default: every one, the best case; the plan passes what the prompt layout
+    allows, tasks/prompt_layout.py; None: not known, no cached cost). Completions are live."""
     r = rates(spec)
     if r.input is None or r.output is None:
         return {"live": None, "batch": None, "cached": None}
     live = prompt_tokens * r.input + completion_tokens * r.output
-    cached = (None if r.cached_input is None
-              else prompt_tokens * r.cached_input + completion_tokens * r.output)
+    if cached_share is None or (cached_share > 0 and r.cached_input is None):
+        cached = None
+    else:
+        cached = (prompt_tokens * (cached_share * (r.cached_input or 0.0)
+                                   + (1 - cached_share) * r.input)
+                  + completion_tokens * r.output)
     return {"live": live, "batch": live * (1 - r.batch_discount), "cached": cached}
