@@ -117,6 +117,9 @@ def test_second_batch_run_sends_nothing(llm_server, home):
     calls = calls_for(spec_for(llm_server))
     g1 = gateway(tmp)
     first = run_batch(g1, wh, calls)
+    # The progress heartbeat says what the batches did.
+    assert g1.activity().endswith("; batches: 1 submitted, 0 resumed, 1 done, 0 pending "
+                                  "(0 calls waiting)")
     g1.close()
     llm_server.reset()
     g2 = gateway(tmp, run_id="run-2")
@@ -148,6 +151,7 @@ def test_killed_after_submit_resumes_polling_and_never_resubmits(llm_server, hom
     llm_server.batch.batches["batch-0002"]["_faults"].delay_polls = 1  # the provider gets to it
     g2 = gateway(tmp, run_id="run-2")
     got = run_batch(g2, wh, calls)
+    assert "batches: 0 submitted, 1 resumed, 1 done, 0 pending" in g2.activity()
     assert llm_server.counts["POST /v1/batches"] == 1 and llm_server.counts["POST /v1/files"] == 1
     assert llm_server.counts["batch_lines"] == 4 and llm_server.counts[ROLE] == 0
     assert all(r.ok and r.batch_id == "batch-0002" for r in got)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -107,3 +108,52 @@ def test_plan_prices_benutil_prompt_caching_from_the_layout(tmp_path):
         want = pt * (share * 0.5 + (1 - share) * 2.0) / 1e6 + ct * 8.0 / 1e6
         assert row["cached_usd"] == round(want, 2) < row["cost_usd"]
         assert any(f"{share:.0%} of its prompt tokens can be cache reads" in n for n in notes)
+
+
+def test_billed_cost_worked_by_hand():
+    from tasks.gateway.prices import billed
+
+    s = replace(spec_for(_Server, model="openai/test-judge"),
+                price=PriceEntry(input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5))
+    # 600 uncached prompt tokens at $2/M, 400 cached at $0.5/M, 100 completion at $8/M
+    assert billed(s, 1000, 100, 400) == pytest.approx((600 * 2 + 400 * 0.5 + 100 * 8) / 1e6)
+    assert billed(s, 1000, 100, 400, batch=True) == pytest.approx(0.5 * 2.2e-3)
+    assert billed(replace(s, price=None), 1000, 100) is None  # unpriced: no number, not 0
+
+
+def test_report_cost_section_beside_the_plan(tmp_path):
+    import datetime as dt
+    import json
+
+    from tasks.report import cost
+    from tests.conftest import base_config
+    from warehouse import Warehouse
+
+    cfg = load_config(_write(tmp_path, base_config("http://127.0.0.1:9/v1", tmp_path / "home")))
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    now = dt.datetime.now(dt.timezone.utc)
+    wh.write("runs", [{"run_id": r, "config_hash": "h", "config_json": json.dumps(
+        cfg.model_dump(mode="json")), "seed": 0, "stages": "all", "started": now,
+        "status": "succeeded"} for r in ("r1", "r2")])
+    calls = [("r1", "a", "benutil_judge", False, 100, 30, 0.01, "b-1"),
+             ("r1", "b", "benutil_judge", False, 100, 10, 0.02, None),
+             ("r2", "a", "benutil_judge", True, 100, 30, 0.01, None),  # a hit: costs nothing
+             ("r2", "c", "benutil_judge", False, 50, 0, 0.005, "b-2")]
+    wh.write("llm_calls", [{"run_id": r, "call_hash": h, "role": role, "model": "openai/test-judge",
+                            "cache_hit": hit, "prompt_tokens": pt, "completion_tokens": 5,
+                            "cached_tokens": ct, "cost_usd": c, "attempts": 1, "batch_id": b,
+                            "latency_s": 0.1}
+                           for r, h, role, hit, pt, ct, c, b in calls])
+    (stat,) = cost.stats(cost.load(wh, "r2"))
+    (row,) = stat.table.to_dict("records")
+    assert (row["requests"], row["requests_this_run"], row["batched"]) == (3, 1, 2)
+    assert (row["prompt_tokens"], row["cached_tokens"]) == (250, 40)
+    assert row["cost_usd"] == pytest.approx(0.035) and row["cost_this_run"] == pytest.approx(0.005)
+    plan = {r["role"]: r for r in make_plan(cfg)[0]}["benutil_judge"]
+    assert row["plan_calls"] == plan["calls"]
+
+
+def _write(tmp_path, cfg) -> Path:
+    p = tmp_path / "cost.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p

@@ -48,8 +48,8 @@ from tasks.config import ModelSpec
 from tasks.gateway.answers import judge
 from tasks.gateway.client import CallResult, Gateway
 from tasks.gateway.keys import normalise_api_base
-from tasks.gateway.prices import costs
-from tasks.gateway.transport import _litellm
+from tasks.gateway.prices import billed
+from tasks.gateway.transport import _cached_tokens, _litellm
 
 log = logging.getLogger("carryon.gateway.batch")
 
@@ -102,8 +102,16 @@ class BatchClient:
         if batched:
             stored = self._resume(batched)
             fresh = [ln for ln in batched if ln.key not in stored["covered"]]
-            open_batches = stored["batches"] + await self._submit(fresh)
-            retry = await self._collect(open_batches, {ln.key: ln for ln in batched}, results)
+            progress = self.gw.batch_progress
+            progress["resumed"] += len(stored["batches"])
+            progress["waiting"] += len(batched)
+            submitted = await self._submit(fresh)
+            progress["submitted"] += sum(b["batch_id"] is not None for b in submitted)
+            open_batches = stored["batches"] + submitted
+            try:
+                retry = await self._collect(open_batches, {ln.key: ln for ln in batched}, results)
+            finally:
+                progress["waiting"] -= len(batched)
         answers = await asyncio.gather(*(self._live(ln) for ln in live + retry))
         for ln, r in zip(live + retry, answers):
             for i in ln.idx:
@@ -209,6 +217,8 @@ class BatchClient:
                 retry.update({k: lines[k] for k in json.loads(row["lines"]).values()})
         batches = [b for b in batches if b["batch_id"] is not None]
         pending = list(batches)
+        progress = self.gw.batch_progress
+        progress["pending"] += len(pending)
         errors: dict[str, int] = {}
         while pending:
             poll_s = min(lines[k].call.spec.batch_poll_s for b in pending
@@ -253,6 +263,8 @@ class BatchClient:
                 retry.update({k: lines[k] for k in failed if k in lines})
                 row["consumed"] = True
                 self.wh.write("llm_batches", [row])
+            progress["done"] += len(pending) - len(still)
+            progress["pending"] -= len(pending) - len(still)
             pending = still
             log.info("batches: %d submitted, %d done, %d pending",
                      len(batches), len(batches) - len(pending), len(pending))
@@ -321,7 +333,9 @@ class BatchClient:
 
 
 def _batch_cost(spec: ModelSpec, body: dict) -> float:
-    """The line's price at the model's batch rate (tasks/gateway/prices.py); 0 where unpriced."""
+    """The line's price at the model's batch rate (tasks/gateway/prices.py), its cached prompt
+    tokens at the cached rate; 0 where unpriced."""
     usage = body.get("usage") or {}
-    cost = costs(spec, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))["batch"]
+    cost = billed(spec, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                  _cached_tokens(usage), batch=True)
     return cost or 0.0

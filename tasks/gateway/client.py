@@ -97,6 +97,7 @@ class Gateway:
         # run context; without one every call is live.
         self.batch_store = None
         self._batchers: dict = {}
+        self.batch_progress = {"submitted": 0, "resumed": 0, "done": 0, "pending": 0, "waiting": 0}
         # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
         # shared by stages on different loops (Prefect may run sync tasks in threads) is safe.
         self._limits: dict[tuple, ModelLimits] = {}
@@ -158,8 +159,12 @@ class Gateway:
         hits = sum(s.hits for s in self.stats.values())
         fails = sum(s.failures for s in self.stats.values())
         inflight = len(self._inflight)
-        return (f"model calls: {req} sent, {hits} from cache, {fails} failed, "
-                f"{inflight} in flight")
+        line = f"model calls: {req} sent, {hits} from cache, {fails} failed, {inflight} in flight"
+        b = self.batch_progress
+        if b["submitted"] or b["resumed"]:  # provider batches of this run (batch.py keeps count)
+            line += (f"; batches: {b['submitted']} submitted, {b['resumed']} resumed, "
+                     f"{b['done']} done, {b['pending']} pending ({b['waiting']} calls waiting)")
+        return line
 
     def drain_records(self) -> list[dict]:
         """Provenance rows collected since the last drain (one per call hash per run)."""

@@ -67,3 +67,17 @@ def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float,
                                    + (1 - cached_share) * r.input)
                   + completion_tokens * r.output)
     return {"live": live, "batch": live * (1 - r.batch_discount), "cached": cached}
+
+
+def billed(spec: ModelSpec, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+           batch: bool = False) -> float | None:
+    """What one answered call costs at these rates: the prompt tokens the provider served
+    from its cache at the cached rate (where one is known), through a batch at the batch
+    price. None when the rates are not known."""
+    r = rates(spec)
+    if r.input is None or r.output is None:
+        return None
+    cached = min(cached_tokens, prompt_tokens) if r.cached_input is not None else 0
+    cost = ((prompt_tokens - cached) * r.input + cached * (r.cached_input or 0.0)
+            + completion_tokens * r.output)
+    return cost * (1 - r.batch_discount) if batch else cost

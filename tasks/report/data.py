@@ -170,10 +170,16 @@ def _load_judging(wh, run_id):
     return judging.load(wh, run_id)
 
 
-# The report sections with data of their own (checklists, move checks, judging details):
-# ReportData.extra[name], read by that section's stats() in the writer.
+def _load_cost(wh, run_id):
+    from tasks.report import cost
+
+    return cost.load(wh, run_id)
+
+
+# The report sections with data of their own (checklists, move checks, judging details,
+# cost): ReportData.extra[name], read by that section's stats() in the writer.
 _EXTRA_LOADERS = {"construction": _load_construction, "fidelity": _load_fidelity,
-                  "judging": _load_judging}
+                  "judging": _load_judging, "cost": _load_cost}
 
 
 def _guarded_load(name: str, fn, wh, run_id) -> dict:

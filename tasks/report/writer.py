@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tasks.config import Config
 from tasks.report import analyses as an
-from tasks.report import construction, fidelity, judging
+from tasks.report import construction, cost, fidelity, judging
 from tasks.report import failure_modes as fm
 from tasks.report import figures as fg
 from tasks.report import figures_paper as fp
@@ -100,6 +100,7 @@ def build_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
                   ("evidence_check", "Ben-Util evidence check per judge"),
                   ("blocked_turns", "Target turns blocked by the provider, per target"),
                   ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
+        *_guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE)),
     ]
 
 
