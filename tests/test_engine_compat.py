@@ -62,18 +62,25 @@ def test_config_hash_unchanged_by_the_spec():
     assert load_config(root / "configs" / "paper.yaml").config_hash() == "680e0cf7aedcb6a5"
 
 
-def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_harness, old_home):
+def _rerun(path: Path) -> dict:
+    """Run the config against the loopback server on the fixture's port; assert it sent
+    nothing (every answer from the fixture's cache)."""
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", PORT)) == 0:
             pytest.fail(f"port {PORT} is taken: this test's cache keys need the loopback server there")
-    home, path = old_home
-    expected = json.loads((FIXTURE / "views.json").read_text())
     server = LLMServer().start(port=PORT)
     try:
         summary = asyncio.run(carryon(config=str(path)))
     finally:
         server.stop()
     assert server.counts["total"] == 0 and summary["requests"] == 0
+    return summary
+
+
+def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_harness, old_home):
+    home, path = old_home
+    expected = json.loads((FIXTURE / "views.json").read_text())
+    summary = _rerun(path)
     assert summary["cache_hits"] > 0
     wh = Warehouse(home / "warehouse.duckdb")
     got = _views(wh, sorted(expected))
@@ -99,12 +106,7 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tm
     cfg["benchmark"] = str(spec_file)
     path.write_text(yaml.safe_dump(cfg))
     expected = json.loads((FIXTURE / "views.json").read_text())
-    server = LLMServer().start(port=PORT)
-    try:
-        summary = asyncio.run(carryon(config=str(path)))
-    finally:
-        server.stop()
-    assert server.counts["total"] == 0 and summary["requests"] == 0
+    _rerun(path)
     wh = Warehouse(home / "warehouse.duckdb")
     assert {r["condition"] for r in wh.query("SELECT DISTINCT condition FROM conversations")} \
         == set(RENAMED.values())
