@@ -61,3 +61,18 @@ class BatchCollector:
         for (_, fut), r in zip(waiting, results):
             if not fut.done():
                 fut.set_result(r)
+
+
+def collector_for(gateway) -> BatchCollector:
+    """The gateway's collector for the running event loop (its futures belong to one loop,
+    like the gateway's limits)."""
+    loop = asyncio.get_running_loop()
+    if loop not in gateway._batchers:
+        gateway._batchers[loop] = BatchCollector(gateway, gateway.batch_store)
+    return gateway._batchers[loop]
+
+
+def progress_line(b: dict) -> str:
+    """The heartbeat's batch part (tasks/gateway/batch.py keeps the counts)."""
+    return (f"batches: {b['submitted']} submitted, {b['resumed']} resumed, {b['done']} done, "
+            f"{b['pending']} pending ({b['waiting']} calls waiting)")

@@ -122,18 +122,11 @@ class Gateway:
         when the run gave the gateway a warehouse to record batches in, unless ``live``."""
         self._check_up(spec)
         if spec.batch and self.batch_store is not None and not live:
-            return await self._batcher().chat(spec, role, messages, schema, sample_key)
+            from tasks.gateway.batching import collector_for
+
+            return await collector_for(self).chat(spec, role, messages, schema, sample_key)
         key = self.chat_key(spec, messages, schema, sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
-
-    def _batcher(self):
-        # One collector per event loop, like the limits: its futures belong to one loop.
-        from tasks.gateway.batching import BatchCollector
-
-        loop = asyncio.get_running_loop()
-        if loop not in self._batchers:
-            self._batchers[loop] = BatchCollector(self, self.batch_store)
-        return self._batchers[loop]
 
     @staticmethod
     def chat_key(spec: ModelSpec, messages: list[dict], schema: type[BaseModel] | None = None,
@@ -160,10 +153,10 @@ class Gateway:
         fails = sum(s.failures for s in self.stats.values())
         inflight = len(self._inflight)
         line = f"model calls: {req} sent, {hits} from cache, {fails} failed, {inflight} in flight"
-        b = self.batch_progress
-        if b["submitted"] or b["resumed"]:  # provider batches of this run (batch.py keeps count)
-            line += (f"; batches: {b['submitted']} submitted, {b['resumed']} resumed, "
-                     f"{b['done']} done, {b['pending']} pending ({b['waiting']} calls waiting)")
+        if self.batch_progress["submitted"] or self.batch_progress["resumed"]:
+            from tasks.gateway.batching import progress_line
+
+            line += "; " + progress_line(self.batch_progress)
         return line
 
     def drain_records(self) -> list[dict]:
