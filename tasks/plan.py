@@ -79,22 +79,11 @@ def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
     return float(PAPER_MEAN_ITEMS), "the paper's mean checklist size (no checklists stored yet)"
 
 
-def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    from tasks.gateway.client import _litellm
-
-    try:
-        p, c = _litellm().cost_per_token(model=model, prompt_tokens=prompt_tokens,
-                                         completion_tokens=completion_tokens)
-        return p + c
-    except Exception:  # unpriced (local, custom or unknown) model
-        return None
-
-
 def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
     if cfg.spec.engine == "episodes":
         from tasks.engine.plan import make_plan as episode_plan
 
-        rows, notes = episode_plan(cfg, limit, _cost)
+        rows, notes = episode_plan(cfg, limit)
         return rows, notes + reasoning_warnings(cfg)
     queries = select_queries(cfg, limit)
     q = len(queries)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from tasks.bench import module
 from tasks.engine.episode import plan_episodes, policy
 from tasks.engine.items import select_items
+from tasks.gateway.prices import costs
 from tasks.roles import tokens
 
 CHARS_PER_TOKEN = 4
 
 
-def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
-    """(rows, notes) like CarryOnBench's plan; ``cost(model, prompt, completion)`` prices."""
+def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
+    """(rows, notes) like CarryOnBench's plan, priced by tasks/gateway/prices.py."""
     spec = cfg.spec
     items = select_items(cfg, limit)
     targets = cfg.role_specs("targets")
@@ -59,14 +60,17 @@ def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = base_in + opening_tokens + (0 if role == "targets" else target_out)
         per_model = n / len(specs) if role == "targets" else n
-        costs = [cost(s.model, int(per_model * in_tokens), int(per_model * out_tokens))
-                 for s in specs]
-        price = None if any(c is None for c in costs) else sum(costs)
+        # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
+        # estimated for these prompts, so the cached column is the live price.
+        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), 0.0)
+                  for s in specs]
+        total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
+                 for k in ("live", "batch", "cached")}
         rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
                      "calls": n, "prompt_tokens": n * in_tokens,
-                     "completion_tokens": n * out_tokens,
-                     "cost_usd": round(price, 2) if price is not None else None})
-    priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+                     "completion_tokens": n * out_tokens, "cost_usd": total["live"],
+                     "batch_usd": total["batch"], "cached_usd": total["cached"]})
+    priced_rows = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     notes = [
         f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
         f"{len(targets)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
@@ -79,8 +83,10 @@ def make_plan(cfg, limit: int | None, cost) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
-    notes += [f"estimated cost of priced models: ${sum(priced):.2f}" + (
+    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
+    notes += [f"estimated cost of priced models: ${sum(priced_rows):.2f}" + (
         "; blank cost = a model litellm does not price (local or custom)"
-        if len(priced) < len(rows) else ""),
+        if len(priced_rows) < len(rows) else "") + f"; ${sum(batch):.2f} through provider batches "
+        "(batch_usd); prompt caching is not estimated for these prompts (cached_usd = cost_usd).",
         "calls already in the cache are not sent again: a rerun costs only what changed."]
     return rows, notes
