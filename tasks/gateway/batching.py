@@ -10,40 +10,54 @@ turn depth: the turn-k calls of every conversation wait together, and turn k+1 c
 asked once their answers are back. Calls that arrive while a batch is out form the next one.
 
 The settle time is short next to a provider batch (minutes to hours); a fully cached rerun
-pays it once per turn depth.
+pays it once per turn depth. Two bounds keep a steady trickle of calls from holding a batch
+back: the list leaves as soon as it holds ``batch_size`` calls of one model, or ``MAX_WAIT_S``
+after its first call joined.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections import Counter
 
 from tasks.gateway.batch import BatchCall, BatchClient
 
-log = logging.getLogger("carryon.gateway.batch")
-
 SETTLE_S = 0.25
+MAX_WAIT_S = 5.0
 
 
 class BatchCollector:
-    def __init__(self, gateway, warehouse, settle_s: float = SETTLE_S):
+    def __init__(self, gateway, warehouse, settle_s: float = SETTLE_S,
+                 max_wait_s: float = MAX_WAIT_S):
         self.client = BatchClient(gateway, warehouse)
-        self.settle_s = settle_s
+        self.settle_s, self.max_wait_s = settle_s, max_wait_s
         self._waiting: list[tuple[BatchCall, asyncio.Future]] = []
+        self._per_model: Counter = Counter()
+        self._first = 0.0  # loop time the first waiting call joined
         self._timer: asyncio.TimerHandle | None = None
         self._sends: set[asyncio.Task] = set()
 
     async def chat(self, spec, role, messages, schema=None, sample_key=None):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        if not self._waiting:
+            self._first = loop.time()
         self._waiting.append((BatchCall(spec, role, messages, schema, sample_key), fut))
+        self._per_model[spec.model] += 1
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = loop.call_later(self.settle_s, self._send)
+        if self._per_model[spec.model] >= spec.batch_size:
+            self._send()  # a full batch: no reason to wait
+        else:
+            delay = min(self.settle_s, max(0.0, self._first + self.max_wait_s - loop.time()))
+            self._timer = loop.call_later(delay, self._send)
         return await fut
 
     def _send(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         self._timer = None
+        self._per_model.clear()
         waiting, self._waiting = self._waiting, []
         if waiting:
             task = asyncio.ensure_future(self._run(waiting))
