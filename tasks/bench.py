@@ -89,10 +89,6 @@ class CarryOnConditions:
     def of_group(self, group: str) -> str:
         return {"BC": self.bc, "NC": self.nc}[group]
 
-    @property
-    def followups(self) -> tuple[str, str]:
-        return (self.bc, self.nc)
-
     @classmethod
     def of(cls, conditions: list[ConditionSpec]) -> "CarryOnConditions":
         by_group, oracle, other = {}, [], []

@@ -15,13 +15,9 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.report.analyses import Stat
+from tasks.report.judging import _has_column
 
 TITLE = "Cost: as billed and as planned"
-
-
-def _has_column(wh, table: str, column: str) -> bool:
-    return bool(wh.query("SELECT count(*) AS n FROM information_schema.columns "
-                         "WHERE table_name = ? AND column_name = ?", [table, column])[0]["n"])
 
 
 def load(wh, run_id: str | None) -> dict:
