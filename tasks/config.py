@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import (
@@ -114,6 +115,9 @@ class GatewayConfig(_Strict):
     # A model server that refuses connections for this many calls in a row (each after all
     # its retries) is down: the run stops with one line instead of dropping every query.
     max_connection_failures: int = Field(3, ge=1, le=10_000)
+    # Processes that send the requests (tasks/gateway/workers.py): "auto" is one per core, 0
+    # sends every request from the run's own process. CARRYON_GATEWAY_WORKERS overrides it.
+    workers: int | Literal["auto"] = "auto"
 
 
 def _role_field(r):

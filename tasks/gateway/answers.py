@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 
 from tasks.gateway.junk import junk_reason
-from tasks.gateway.transport import _cached_tokens, _reasoning_tokens, parse_structured
+from tasks.gateway.transport import (_cached_tokens, _reasoning_tokens, error_text,
+                                     parse_structured)
 
 
 def fail(r, started: float, api_key: str | None, kind: str, e):
     """Mark ``r`` failed with ``kind`` and a one-line reason (an API key never leaks into it)."""
     r.error_kind = kind
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    r.error = f"{type(e).__name__}: {msg[:300]}" if isinstance(e, Exception) else str(e)
+    r.error = error_text(e)
     if api_key and len(api_key) > 4:  # a provider echoing the key must not leak it
         r.error = r.error.replace(api_key, "***")
     r.latency_s = time.perf_counter() - started

@@ -27,10 +27,11 @@ from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
 # The litellm helpers; re-exported here, where the plan, tests and benchmarks import them.
 from tasks.gateway.transport import (  # noqa: F401
-    _FENCE, _SAFETY_MARKS, _is_safety_block, _litellm, _reasoning_tokens, _retry_after,
-    _schema_json, _supported_params, _with_schema_instructions, parse_structured,
-    response_format_for, schema_doc,
+    _FENCE, _SAFETY_MARKS, Failure, Reply, _is_safety_block, _litellm, _reasoning_tokens,
+    _retry_after, _schema_json, _supported_params, _with_schema_instructions, parse_structured,
+    response_format_for, schema_doc, send,
 )
+from tasks.gateway.workers import WorkerPool, worker_count
 
 log = logging.getLogger("carryon.gateway")
 
@@ -101,6 +102,10 @@ class Gateway:
         # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
         # shared by stages on different loops (Prefect may run sync tasks in threads) is safe.
         self._limits: dict[tuple, ModelLimits] = {}
+        # Worker processes that send the requests (workers.py), one pool per loop, started
+        # on the first cache miss.
+        self.workers = worker_count(self.cfg.workers)
+        self._pools: dict[int, WorkerPool] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache
         # hit after a real request, or a retry after a failure) merges into its row, so a
@@ -166,7 +171,18 @@ class Gateway:
         return out
 
     def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools = {}
         self.cache.close()
+
+    async def start_workers(self) -> WorkerPool | None:
+        """Start this loop's worker processes now and wait until they are up (benchmarks
+        measure steady state; a run starts them on its first miss without waiting)."""
+        pool = self._pool()
+        if pool is not None:
+            await pool.wait_ready()
+        return pool
 
     # ----- internals -----------------------------------------------------------------------
     async def _dedup(self, key: str, make) -> CallResult:
@@ -215,6 +231,16 @@ class Gateway:
 
     def _stat(self, role: str) -> _Stats:
         return self.stats.setdefault(role, _Stats())
+
+    def _pool(self) -> WorkerPool | None:
+        if not self.workers:
+            return None
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(id(loop))
+        if pool is None:
+            pool = self._pools[id(loop)] = WorkerPool(self.workers)
+            pool.start()
+        return pool
 
     def _limit(self, spec: ModelSpec) -> ModelLimits:
         k = (id(asyncio.get_running_loop()), spec.model, spec.api_base)
@@ -302,7 +328,7 @@ class Gateway:
             "extra_headers": {"x-carryon-role": role},
             **{k: v for k, v in spec.generation_params().items() if v is not None},
         }
-        self._allow_reasoning_params(_litellm(), spec, kwargs)
+        self._allow_reasoning_params(spec, kwargs)
         if kwargs["api_key"] is None:
             # OpenAI-compatible local servers need some key; real providers fall back to
             # litellm's own env lookup when we pass none.
@@ -319,9 +345,9 @@ class Gateway:
 
     async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
         """Send the request with retries (transport) and re-asks (invalid structured output)."""
-        litellm = _litellm()
         r = CallResult(call_hash=key)
         kwargs, messages = self._request_kwargs(spec, role, messages, schema)
+        api_key = kwargs.get("api_key")
         convo = list(messages) if messages is not None else None
         lim = self._limit(spec)
         reasks = 0
@@ -329,55 +355,46 @@ class Gateway:
         started = time.perf_counter()
         while True:
             r.attempts += 1
-            try:
-                async with lim.semaphore:
-                    if lim.rate:
-                        await lim.rate.acquire()
-                    if convo is not None:
-                        resp = await litellm.acompletion(messages=convo, **kwargs)
-                        content = resp.choices[0].message.content
-                    else:
-                        resp = await litellm.atext_completion(prompt=prompt, **kwargs)
-                        content = resp.choices[0].text
-            except litellm.ContextWindowExceededError as e:
-                return self._fail(r, started, kwargs.get("api_key"), "context_exceeded", e)
-            except litellm.ContentPolicyViolationError as e:
-                # The provider's safety system refused the request: an answer, not a fault
-                # to retry (the same request would be refused again).
-                return self._fail(r, started, kwargs.get("api_key"), "content_blocked", e)
-            except (litellm.RateLimitError, litellm.InternalServerError,
-                    litellm.ServiceUnavailableError, litellm.APIConnectionError,
-                    litellm.Timeout, litellm.BadGatewayError) as e:
-                transport_failures += 1
-                if transport_failures > spec.max_retries:
-                    # litellm reports a refused connection as APIConnectionError or as an
-                    # InternalServerError whose message says "Connection error".
-                    r.connect_failed = (isinstance(e, litellm.APIConnectionError)
-                                        or "connection error" in str(e).lower())
-                    return self._fail(r, started, kwargs.get("api_key"), "retries_exhausted", e)
-                await asyncio.sleep(self._backoff(transport_failures, e))
-                continue
-            except litellm.APIError as e:
-                status = getattr(e, "status_code", None)
-                if status and int(status) >= 500 and transport_failures < spec.max_retries:
+            async with lim.semaphore:
+                if lim.rate:
+                    await lim.rate.acquire()
+                got = await self._send(kwargs, convo, prompt)
+            if isinstance(got, Failure):
+                if got.group == "context":
+                    return self._fail(r, started, api_key, "context_exceeded", got.text)
+                if got.group == "blocked":
+                    return self._fail(r, started, api_key, "content_blocked", got.text)
+                if got.group == "transient":
                     transport_failures += 1
-                    await asyncio.sleep(self._backoff(transport_failures, e))
+                    if transport_failures > spec.max_retries:
+                        r.connect_failed = got.connect
+                        return self._fail(r, started, api_key, "retries_exhausted", got.text)
+                    await asyncio.sleep(self._backoff(transport_failures, got.retry_after))
                     continue
-                return self._fail(r, started, kwargs.get("api_key"), "api_error", e)
-            except Exception as e:  # bad request, auth, not found, provider quirks
-                kind = "content_blocked" if _is_safety_block(e) else "api_error"
-                return self._fail(r, started, kwargs.get("api_key"), kind, e)
+                if got.group == "server" and transport_failures < spec.max_retries:
+                    transport_failures += 1
+                    await asyncio.sleep(self._backoff(transport_failures, got.retry_after))
+                    continue
+                return self._fail(r, started, api_key, "api_error", got.text)
 
-            decided, convo = judge(r, resp, content, spec=spec, messages=messages, convo=convo,
+            decided, convo = judge(r, got, got.content, spec=spec, messages=messages, convo=convo,
                                    prompt=prompt, schema=schema, started=started,
-                                   api_key=kwargs.get("api_key"), reasks=reasks,
+                                   api_key=api_key, reasks=reasks,
                                    max_reasks=self.cfg.max_parse_retries)
             if decided is not None:
                 return decided
             reasks += 1
 
+    async def _send(self, kwargs: dict, convo, prompt) -> Reply | Failure:
+        """One request: in a gateway worker process when the run has them (and one is up),
+        else here. Limits, the in-flight table and the cache stay in this process either way."""
+        pool = self._pool()
+        if pool is not None and pool.ready:
+            return await pool.send(kwargs, convo, prompt)
+        return await send(kwargs, convo, prompt)
+
     @staticmethod
-    def _allow_reasoning_params(litellm, spec: ModelSpec, kwargs: dict) -> None:
+    def _allow_reasoning_params(spec: ModelSpec, kwargs: dict) -> None:
         """A reasoning control the provider adapter does not know (``thinking`` on an
         OpenAI-compatible server) is passed through as is instead of failing: the user set it
         on purpose, and litellm would otherwise refuse the call (drop_params is off)."""
@@ -389,8 +406,9 @@ class Gateway:
         if extra:
             kwargs["allowed_openai_params"] = extra
 
-    def _backoff(self, n: int, exc: Exception) -> float:
-        after = _retry_after(exc)
+    def _backoff(self, n: int, after: float | None) -> float:
+        """Seconds to wait before retry ``n``: what the provider asked for (Retry-After), else
+        exponential with jitter."""
         if after is not None:
             return min(after, self.cfg.backoff_max_s)
         base = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2 ** (n - 1))

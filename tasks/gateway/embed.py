@@ -18,7 +18,7 @@ import time
 from tasks.config import ModelSpec, api_key_for
 from tasks.gateway.client import CallResult, Gateway
 from tasks.gateway.keys import cache_key
-from tasks.gateway.transport import _litellm
+from tasks.gateway.transport import _litellm, _retry_after
 
 EMBEDDING_FORMAT = "embedding-v1"
 
@@ -88,7 +88,7 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
                 r.connect_failed = (isinstance(e, litellm.APIConnectionError)
                                     or "connection error" in str(e).lower())
                 return gw._fail(r, started, api_key, "retries_exhausted", e)
-            await asyncio.sleep(gw._backoff(failures, e))
+            await asyncio.sleep(gw._backoff(failures, _retry_after(e)))
             continue
         except Exception as e:  # bad request, auth, unknown model
             return gw._fail(r, started, api_key, "api_error", e)

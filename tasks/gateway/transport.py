@@ -10,6 +10,8 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 from pydantic import BaseModel, ValidationError
 
@@ -156,3 +158,106 @@ def _retry_after(exc: Exception) -> float | None:
             except ValueError:
                 return None
     return None
+
+
+# ----- one request, as plain data ------------------------------------------------------------
+# A request is sent either in the run's process or in a gateway worker process
+# (tasks/gateway/workers.py). Both run ``send`` below; its outcome is plain data (a ``Reply``
+# or a ``Failure``), so a worker can pickle it back and the retry loop of client.py treats
+# both the same way.
+
+@dataclass
+class Failure:
+    """A request that raised: which way the retry loop must take it, and its one-line text.
+
+    group: ``context`` (window exceeded), ``blocked`` (provider safety refusal), ``transient``
+    (429, 5xx, timeouts, connection: retried with backoff), ``server`` (another APIError of
+    status >= 500: retried while retries last), ``api`` (anything else: not retried)."""
+    group: str
+    text: str
+    retry_after: float | None = None
+    connect: bool = False  # the server could not be reached at all
+
+
+@dataclass
+class Reply:
+    """What the gateway reads from an answer. Duck-types litellm's response for
+    ``answers.add_usage``/``judge`` (``usage``, ``choices[0].finish_reason``, the cost)."""
+    content: str | None
+    finish_reason: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    response_cost: float = 0.0
+
+    @property
+    def usage(self):
+        return SimpleNamespace(prompt_tokens=self.prompt_tokens,
+                               completion_tokens=self.completion_tokens,
+                               prompt_tokens_details={"cached_tokens": self.cached_tokens},
+                               completion_tokens_details={"reasoning_tokens": self.reasoning_tokens})
+
+    @property
+    def choices(self):
+        return [SimpleNamespace(finish_reason=self.finish_reason)]
+
+    @property
+    def _hidden_params(self):
+        return {"response_cost": self.response_cost}
+
+
+def error_text(e) -> str:
+    """``Type: first line`` of an error (at most 300 characters of message); a string as is."""
+    if not isinstance(e, BaseException):
+        return str(e)
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"{type(e).__name__}: {msg[:300]}"
+
+
+def failure_of(e: Exception) -> Failure:
+    litellm = _litellm()
+    text = error_text(e)
+    if isinstance(e, litellm.ContextWindowExceededError):
+        return Failure("context", text)
+    if isinstance(e, litellm.ContentPolicyViolationError):
+        # The provider's safety system refused the request: an answer, not a fault to retry.
+        return Failure("blocked", text)
+    if isinstance(e, (litellm.RateLimitError, litellm.InternalServerError,
+                      litellm.ServiceUnavailableError, litellm.APIConnectionError,
+                      litellm.Timeout, litellm.BadGatewayError)):
+        # litellm reports a refused connection as APIConnectionError or as an
+        # InternalServerError whose message says "Connection error".
+        connect = (isinstance(e, litellm.APIConnectionError)
+                   or "connection error" in str(e).lower())
+        return Failure("transient", text, _retry_after(e), connect)
+    if isinstance(e, litellm.APIError):
+        status = getattr(e, "status_code", None)
+        if status and int(status) >= 500:
+            return Failure("server", text, _retry_after(e))
+        return Failure("api", text)
+    # bad request, auth, not found, provider quirks
+    return Failure("blocked" if _is_safety_block(e) else "api", text)
+
+
+def reply_of(resp, text_completion: bool) -> Reply:
+    choice = resp.choices[0]
+    usage = getattr(resp, "usage", None)
+    return Reply(content=choice.text if text_completion else choice.message.content,
+                 finish_reason=getattr(choice, "finish_reason", None),
+                 prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                 completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                 cached_tokens=_cached_tokens(usage), reasoning_tokens=_reasoning_tokens(usage),
+                 response_cost=float((getattr(resp, "_hidden_params", None) or {})
+                                     .get("response_cost") or 0.0))
+
+
+async def send(kwargs: dict, messages: list | None, prompt: str | None) -> Reply | Failure:
+    """One request through litellm: a chat completion (``messages``) or a text completion."""
+    litellm = _litellm()
+    try:
+        if messages is not None:
+            return reply_of(await litellm.acompletion(messages=messages, **kwargs), False)
+        return reply_of(await litellm.atext_completion(prompt=prompt, **kwargs), True)
+    except Exception as e:
+        return failure_of(e)

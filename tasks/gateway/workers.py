@@ -1,0 +1,200 @@
+"""Gateway worker processes: litellm's client work spread over several processes.
+
+One litellm process is CPU-bound near 300 calls/s whatever the provider (litellm spends a few
+milliseconds of CPU on every call), so a run that needs more sends its requests through worker
+processes (``gateway.workers``; default one per core). Only the request itself moves: the run's
+process keeps the cache, the in-flight table (an identical request is never in flight twice),
+the per-model limits, the retries and the judging of answers, so one set of limits covers
+every worker and provenance stays one row per call. A worker runs ``transport.send`` and
+sends back its outcome as plain data (``Reply`` or ``Failure``).
+
+Workers start on the run's first cache miss (a fully cached rerun starts none); until one has
+imported litellm and said it is ready, requests are sent from the run's process. A worker that
+dies fails its requests in flight as transient failures (the retry loop sends them again,
+to another worker or from here). Workers exit when their socket closes, so they never outlive
+the run's process.
+
+Wire format: a 4-byte big-endian length, then a pickle. Run's process -> worker:
+``(request_id, kwargs, messages, prompt)``; worker -> run's process: ``("ready", pid)`` once,
+then ``(request_id, Reply | Failure)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+
+from tasks.gateway.transport import Failure, Reply, send
+
+log = logging.getLogger("carryon.gateway")
+
+_HEAD = struct.Struct(">I")
+WORKERS_ENV = "CARRYON_GATEWAY_WORKERS"
+
+
+def frame(obj) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEAD.pack(len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader):
+    """The next object, or None at end of stream."""
+    try:
+        head = await reader.readexactly(_HEAD.size)
+        return pickle.loads(await reader.readexactly(_HEAD.unpack(head)[0]))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+def worker_count(setting: int | str) -> int:
+    """How many worker processes: the environment's CARRYON_GATEWAY_WORKERS wins over the
+    config's ``gateway.workers``; ``auto`` is one per core this process may use."""
+    value = os.environ.get(WORKERS_ENV, setting)
+    if str(value).strip().lower() == "auto":
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            return os.cpu_count() or 1
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{WORKERS_ENV}={value!r}: expected a number of workers or 'auto'") from None
+    if n < 0:
+        raise ValueError(f"gateway workers must be 0 or more, got {n}")
+    return n
+
+
+class _Worker:
+    def __init__(self, index: int, proc: subprocess.Popen, sock: socket.socket):
+        self.index = index
+        self.proc = proc
+        self.sock = sock
+        self.writer: asyncio.StreamWriter | None = None
+        self.up = False
+        self.pending: dict[int, asyncio.Future] = {}
+
+
+class WorkerPool:
+    """The worker processes of one gateway on one event loop."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.workers: list[_Worker] = []
+        self._ids = itertools.count()
+        self._readers: list[asyncio.Task] = []
+        self.sent = 0  # requests sent through workers
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+
+    @property
+    def ready(self) -> bool:
+        return any(w.up for w in self.workers)
+
+    def start(self) -> None:
+        """Spawn the workers; returns at once (they say when they are ready)."""
+        self._loop = asyncio.get_running_loop()
+        for i in range(self.n):
+            mine, theirs = socket.socketpair()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tasks.gateway.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            theirs.close()
+            w = _Worker(i, proc, mine)
+            self.workers.append(w)
+            self._readers.append(asyncio.get_running_loop().create_task(self._serve(w)))
+
+    async def wait_ready(self, timeout_s: float = 120.0) -> bool:
+        """Wait until every worker is up (or gone); True when at least one is up."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while loop.time() < end and any(not w.up and w.proc.poll() is None for w in self.workers):
+            await asyncio.sleep(0.05)
+        return self.ready
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.workers if w.up]
+
+    async def send(self, kwargs: dict, messages, prompt) -> Reply | Failure:
+        live = [w for w in self.workers if w.up]
+        if not live:
+            return await send(kwargs, messages, prompt)
+        w = min(live, key=lambda w: len(w.pending))  # the least busy worker
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        w.pending[rid] = fut
+        try:
+            w.writer.write(frame((rid, kwargs, messages, prompt)))
+            self.sent += 1
+            return await fut
+        finally:
+            w.pending.pop(rid, None)
+
+    async def _serve(self, w: _Worker) -> None:
+        """Read one worker's answers until it goes away."""
+        reason = "it closed its connection"
+        try:
+            reader, w.writer = await asyncio.open_connection(sock=w.sock)
+            hello = await read_frame(reader)
+            if not (isinstance(hello, tuple) and hello[:1] == ("ready",)):
+                reason = f"it did not start (exit code {w.proc.poll()})"
+                return
+            w.up = True
+            while True:
+                msg = await read_frame(reader)
+                if msg is None:
+                    return
+                rid, outcome = msg
+                fut = w.pending.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(outcome)
+        except Exception as e:  # a broken worker must not take the run down
+            reason = f"{type(e).__name__}: {e}"
+        finally:
+            was_up, w.up = w.up, False
+            failure = Failure("transient", f"WorkerGone: gateway worker {w.index} stopped ({reason})")
+            for fut in w.pending.values():
+                if not fut.done():
+                    fut.set_result(failure)
+            w.pending.clear()
+            if not self._closing and (was_up or w.proc.poll() not in (None, 0)):
+                log.warning("gateway worker %d stopped (%s); its requests are sent again",
+                            w.index, reason)
+
+    def close(self) -> None:
+        """Stop the workers (safe from any thread, and after the loop has closed)."""
+        self._closing = True
+        for w in self.workers:
+            w.up = False
+            if w.proc.poll() is None:
+                w.proc.terminate()
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            self._close_socket(w)
+
+    def _close_socket(self, w: _Worker) -> None:
+        # Through its transport, on its loop: closing the bare socket would leave the file
+        # descriptor registered with the loop, and the next connection that reuses the number
+        # would fail ("File descriptor N is used by transport").
+        loop = self._loop
+        if w.writer is None or loop is None or loop.is_closed():
+            w.sock.close()
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            w.writer.close()
+        else:
+            loop.call_soon_threadsafe(w.writer.close)
