@@ -60,6 +60,12 @@ def _restamp_report(ctx, summary: dict) -> None:
             republish_report(ctx.run_id, md.read_text(encoding="utf-8"))
 
 
+async def _release_limits(ctx) -> None:
+    # Shared provider slots go back to the Prefect server at once (other shards wait on them).
+    if ctx._gateway is not None:
+        await ctx._gateway.release_limits()
+
+
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1) -> dict:
@@ -71,8 +77,10 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
             summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
             ctx.flush_calls()
     except BaseException as e:
+        await _release_limits(ctx)
         finish_run(ctx, "failed", _error_line(e))
         raise
+    await _release_limits(ctx)
     gw = ctx._gateway
     summary["requests"] = sum(s.requests for s in gw.stats.values()) if gw else 0
     summary["cache_hits"] = sum(s.hits for s in gw.stats.values()) if gw else 0

@@ -108,6 +108,11 @@ class JudgingConfig(_Strict):
     safety_sees_history: bool = False
 
 
+# Gateway settings that change how requests travel, never what they return: left out of the
+# config hash, so a config keeps its hash (and its run ids' prefix) whatever they are.
+UNHASHED_GATEWAY_FIELDS = ("workers", "shared_limits")
+
+
 class GatewayConfig(_Strict):
     max_parse_retries: int = Field(2, ge=0, le=20)
     backoff_base_s: float = Field(0.5, gt=0, le=3600)
@@ -118,6 +123,11 @@ class GatewayConfig(_Strict):
     # Processes that send the requests (tasks/gateway/workers.py): "auto" is one per core, 0
     # sends every request from the run's own process. CARRYON_GATEWAY_WORKERS overrides it.
     workers: int | Literal["auto"] = "auto"
+    # Provider limits (max_concurrency, rpm) drawn from one budget per model on the Prefect
+    # server (tasks/gateway/shared_limits.py), so every shard and worker of a deployment
+    # shares them. "auto": when the run talks to a long-lived Prefect server (PREFECT_API_URL
+    # in the environment, not this process's temporary server); "off": this process only.
+    shared_limits: Literal["auto", "on", "off"] = "auto"
 
 
 def _role_field(r):
@@ -242,6 +252,8 @@ class Config(_Strict):
                 for key in UNHASHED_ENTRY_FIELDS:
                     if isinstance(entry, dict):
                         entry.pop(key, None)
+        for key in UNHASHED_GATEWAY_FIELDS:  # how requests travel, not what they return
+            doc["gateway"].pop(key, None)
         blob = json.dumps(doc, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -115,6 +115,7 @@ class TemporaryServer:
         self._spawn()
         self._prior_env = {v: os.environ.get(v) for v in ("PREFECT_API_URL", "PREFECT_UI_URL")}
         os.environ["PREFECT_API_URL"] = self.api_url
+        _OURS.add(self.api_url)
         if self._prior_env["PREFECT_UI_URL"] is None:
             os.environ["PREFECT_UI_URL"] = ""  # it serves no UI: no "View at <dead link>" lines
         _refresh_prefect_settings()
@@ -175,6 +176,17 @@ class TemporaryServer:
                 else:
                     os.environ[var] = value
             _refresh_prefect_settings()
+
+
+# API URLs of temporary servers this process started (their PREFECT_API_URL is not the user's).
+_OURS: set[str] = set()
+
+
+def long_lived_api_url() -> str | None:
+    """The Prefect API in the environment when it is a long-lived server (``carryon server
+    up``, a deployment's worker), not the temporary one this process started; else None."""
+    url = os.environ.get("PREFECT_API_URL")
+    return url if url and url not in _OURS else None
 
 
 def start_temporary_server(startup_timeout_s: float | None = None) -> TemporaryServer | None:

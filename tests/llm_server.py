@@ -50,6 +50,9 @@ class Faults:
     # "content_filter" with empty content (fault kind "content_filter").
     content_filter: float = 0.0
     seed: int = 0
+    # A provider's concurrency limit: a chat/completions request that arrives while this many
+    # are being answered gets HTTP 429 (fault kind "429_limit"); 0 = no limit.
+    max_inflight: int = 0
 
 
 def _h(text: str) -> int:
@@ -204,6 +207,12 @@ class LLMServer:
 
     async def _handle(self, request: web.Request, kind: str) -> web.Response:
         body, role = await self._arrived(request)
+        limit = self.faults.max_inflight
+        if limit and self.inflight >= limit:  # rejected: never counted as in flight
+            self.counts["fault_429_limit"] += 1
+            return web.json_response(
+                {"error": {"message": "over the concurrency limit", "type": "rate_limit"}},
+                status=429, headers={"retry-after": str(self.faults.retry_after_s)})
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
@@ -372,9 +381,13 @@ def main() -> None:
     p.add_argument("--error429", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=0.0)
     p.add_argument("--malformed", type=float, default=0.0)
+    p.add_argument("--max-inflight", type=int, default=0,
+                   help="answer 429 to requests beyond this many in flight (0: no limit)")
+    p.add_argument("--retry-after", type=float, default=0.05)
     args = p.parse_args()
     server = LLMServer(latency_s=args.latency, record=False, faults=Faults(
-        error500=args.error500, error429=args.error429, timeout=args.timeout, malformed=args.malformed))
+        error500=args.error500, error429=args.error429, timeout=args.timeout, malformed=args.malformed,
+        max_inflight=args.max_inflight, retry_after_s=args.retry_after))
 
     async def run():
         port = await server.serve(port=args.port)

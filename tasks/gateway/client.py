@@ -31,6 +31,7 @@ from tasks.gateway.transport import (  # noqa: F401
     _retry_after, _schema_json, _supported_params, _with_schema_instructions, parse_structured,
     response_format_for, schema_doc, send,
 )
+from tasks.gateway.shared_limits import SharedLimitsUnavailable, shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
 
 log = logging.getLogger("carryon.gateway")
@@ -105,6 +106,7 @@ class Gateway:
         # Worker processes that send the requests (workers.py), one pool per loop, started
         # on the first cache miss.
         self.workers = worker_count(self.cfg.workers)
+        self.shared_limits = shared_limits_enabled(self.cfg.shared_limits)
         self._pools: dict[int, WorkerPool] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache
@@ -247,7 +249,36 @@ class Gateway:
         lim = self._limits.get(k)
         if lim is None:
             lim = self._limits[k] = ModelLimits(spec.max_concurrency, spec.rpm)
+            if self.shared_limits:
+                from tasks.gateway.shared_limits import SharedLimits
+
+                lim.shared = SharedLimits(spec.model, self._server(spec), spec.max_concurrency,
+                                          spec.rpm)
         return lim
+
+    async def _shared_slot(self, lim: ModelLimits):
+        """Hold a slot of the deployment-wide budget (None when not shared). A Prefect server
+        that cannot be reached leaves this process's own limits in charge, said once."""
+        shared = lim.shared
+        if shared is None:
+            return None
+        try:
+            await shared.acquire()
+            return shared
+        except SharedLimitsUnavailable as e:
+            if lim.shared is shared:
+                lim.shared = None
+                log.warning("%s; this process applies its own limits only", e)
+            return None
+
+    async def release_limits(self) -> None:
+        """Give this loop's shared slots back to the Prefect server (the run's end); leases
+        left behind expire on the server within a minute."""
+        here = id(asyncio.get_running_loop())
+        for (loop_id, *_), lim in self._limits.items():
+            if loop_id == here and lim.shared is not None:
+                await lim.shared.close()
+                lim.shared = None
 
     # Numbers a provenance row adds up over the real requests of one call hash.
     _SUMMED = ("attempts", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s",
@@ -356,9 +387,14 @@ class Gateway:
         while True:
             r.attempts += 1
             async with lim.semaphore:
-                if lim.rate:
-                    await lim.rate.acquire()
-                got = await self._send(kwargs, convo, prompt)
+                shared = await self._shared_slot(lim)
+                try:
+                    if lim.rate:
+                        await lim.rate.acquire()
+                    got = await self._send(kwargs, convo, prompt)
+                finally:
+                    if shared is not None:
+                        shared.release()
             if isinstance(got, Failure):
                 if got.group == "context":
                     return self._fail(r, started, api_key, "context_exceeded", got.text)
@@ -386,10 +422,9 @@ class Gateway:
             reasks += 1
 
     async def _send(self, kwargs: dict, convo, prompt) -> Reply | Failure:
-        """One request: in a gateway worker process when the run has them (and one is up),
-        else here. Limits, the in-flight table and the cache stay in this process either way."""
+        """One request: in a gateway worker process when the run has them, else here. Limits, the in-flight table and the cache stay in this process either way."""
         pool = self._pool()
-        if pool is not None and pool.ready:
+        if pool is not None:
             return await pool.send(kwargs, convo, prompt)
         return await send(kwargs, convo, prompt)
 

@@ -2,7 +2,8 @@
 
 Prefect's thread pool is unbounded on purpose and litellm's Router fails instead of waiting,
 so the gateway throttles itself: a semaphore for in-flight calls and a sliding one-minute
-window for requests per minute. Limits live on one event loop (the run's loop).
+window for requests per minute. Limits live on one event loop (the run's loop). Shards and
+workers of a deployment also draw on one budget per model (shared_limits.py).
 """
 
 from __future__ import annotations
@@ -37,3 +38,6 @@ class ModelLimits:
     def __init__(self, max_concurrency: int, rpm: float | None):
         self.semaphore = asyncio.Semaphore(max_concurrency)
         self.rate = RateLimiter(rpm) if rpm else None
+        # The deployment-wide budget of the same limits (shared_limits.SharedLimits), when the
+        # gateway shares them; this process's own limits above still apply inside it.
+        self.shared = None

@@ -8,10 +8,10 @@ the per-model limits, the retries and the judging of answers, so one set of limi
 every worker and provenance stays one row per call. A worker runs ``transport.send`` and
 sends back its outcome as plain data (``Reply`` or ``Failure``).
 
-Workers start on the run's first cache miss (a fully cached rerun starts none); until one has
-imported litellm and said it is ready, requests are sent from the run's process. A worker that
-dies fails its requests in flight as transient failures (the retry loop sends them again,
-to another worker or from here). Workers exit when their socket closes, so they never outlive
+Workers start on the run's first cache miss (a fully cached rerun starts none); requests wait
+until one has imported litellm and said it is ready (the run's process never imports litellm
+for them). A worker that dies fails its requests in flight as transient failures (the retry
+loop sends them again, to another worker; from the run's process once every worker is gone). Workers exit when their socket closes, so they never outlive
 the run's process.
 
 Wire format: a 4-byte big-endian length, then a pickle. Run's process -> worker:
@@ -37,6 +37,8 @@ log = logging.getLogger("carryon.gateway")
 
 _HEAD = struct.Struct(">I")
 WORKERS_ENV = "CARRYON_GATEWAY_WORKERS"
+# A worker that has not imported litellm by then is stopped (requests wait for workers).
+START_TIMEOUT_S = 120.0
 
 
 def frame(obj) -> bytes:
@@ -78,6 +80,7 @@ class _Worker:
         self.sock = sock
         self.writer: asyncio.StreamWriter | None = None
         self.up = False
+        self.gone = False  # stopped (or never started): it will not come up
         self.pending: dict[int, asyncio.Future] = {}
 
 
@@ -100,6 +103,7 @@ class WorkerPool:
     def start(self) -> None:
         """Spawn the workers; returns at once (they say when they are ready)."""
         self._loop = asyncio.get_running_loop()
+        self._state = asyncio.Event()  # set when a worker comes up or goes away
         for i in range(self.n):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
@@ -114,7 +118,7 @@ class WorkerPool:
         """Wait until every worker is up (or gone); True when at least one is up."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        while loop.time() < end and any(not w.up and w.proc.poll() is None for w in self.workers):
+        while loop.time() < end and any(not w.up and not w.gone for w in self.workers):
             await asyncio.sleep(0.05)
         return self.ready
 
@@ -123,7 +127,13 @@ class WorkerPool:
 
     async def send(self, kwargs: dict, messages, prompt) -> Reply | Failure:
         live = [w for w in self.workers if w.up]
-        if not live:
+        while not live and any(not w.gone for w in self.workers):
+            # Wait for a worker rather than send from here: that would import litellm in this
+            # process too, a third import competing for the cores with the workers' own.
+            self._state.clear()
+            await self._state.wait()
+            live = [w for w in self.workers if w.up]
+        if not live:  # every worker is gone: this process sends
             return await send(kwargs, messages, prompt)
         w = min(live, key=lambda w: len(w.pending))  # the least busy worker
         rid = next(self._ids)
@@ -141,11 +151,17 @@ class WorkerPool:
         reason = "it closed its connection"
         try:
             reader, w.writer = await asyncio.open_connection(sock=w.sock)
-            hello = await read_frame(reader)
+            try:
+                hello = await asyncio.wait_for(read_frame(reader), START_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                hello = None
+                w.proc.kill()
             if not (isinstance(hello, tuple) and hello[:1] == ("ready",)):
-                reason = f"it did not start (exit code {w.proc.poll()})"
+                reason = (f"it did not start within {START_TIMEOUT_S:.0f} s (exit code "
+                          f"{w.proc.poll()})")
                 return
             w.up = True
+            self._state.set()
             while True:
                 msg = await read_frame(reader)
                 if msg is None:
@@ -157,7 +173,8 @@ class WorkerPool:
         except Exception as e:  # a broken worker must not take the run down
             reason = f"{type(e).__name__}: {e}"
         finally:
-            was_up, w.up = w.up, False
+            was_up, w.up, w.gone = w.up, False, True
+            self._state.set()
             failure = Failure("transient", f"WorkerGone: gateway worker {w.index} stopped ({reason})")
             for fut in w.pending.values():
                 if not fut.done():
@@ -170,6 +187,7 @@ class WorkerPool:
     def close(self) -> None:
         """Stop the workers (safe from any thread, and after the loop has closed)."""
         self._closing = True
+        self._on_loop(*(t.cancel for t in self._readers))
         for w in self.workers:
             w.up = False
             if w.proc.poll() is None:
@@ -186,15 +204,19 @@ class WorkerPool:
         # Through its transport, on its loop: closing the bare socket would leave the file
         # descriptor registered with the loop, and the next connection that reuses the number
         # would fail ("File descriptor N is used by transport").
-        loop = self._loop
-        if w.writer is None or loop is None or loop.is_closed():
+        if w.writer is None or not self._on_loop(w.writer.close):
             w.sock.close()
-            return
+
+    def _on_loop(self, *calls) -> bool:
+        """Run ``calls`` on the pool's loop (now when this is that loop's thread, else soon);
+        False when that loop has closed (there is nothing left to tidy on it)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return False
         try:
-            running = asyncio.get_running_loop()
+            here = asyncio.get_running_loop() is loop
         except RuntimeError:
-            running = None
-        if running is loop:
-            w.writer.close()
-        else:
-            loop.call_soon_threadsafe(w.writer.close)
+            here = False
+        for call in calls:
+            call() if here else loop.call_soon_threadsafe(call)
+        return True
