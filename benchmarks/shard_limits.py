@@ -1,7 +1,7 @@
 """Two shards against one provider: per-process limits vs one budget shared through Prefect.
 
-    .venv/bin/python benchmarks/shard_limits.py [--shards 2] [--calls 400] [--limit 16]
-                                                [--latency 0.05] [--json FILE]
+    .venv/bin/python benchmarks/shard_limits.py [--shards 2] [--calls 200] [--limit 16]
+                                                [--latency 0.25] [--json FILE]
 
 The loopback server (tests/llm_server.py, in a thread) answers at most ``--limit``
 requests at once and 429s the rest (retry-after 50 ms). Each shard (tests/shard_worker.py,
@@ -9,6 +9,11 @@ its own process) runs ``--calls`` distinct calls with max_concurrency = limit: f
 local limits only (each shard allows the full limit, so together they ask for shards x limit),
 then with tasks.gateway.shared_limits.SharedLimits (one budget on the Prefect server).
 A temporary Prefect server is started unless PREFECT_API_URL is set.
+
+Why 250 ms answers: a shard keeps its limit in flight only if it can start limit ÷ latency
+calls a second (Little's law). At 50 ms that is 320 calls/s per shard for 16, more than one
+process manages on this 2-core machine, so both shards would stay under the server's limit
+with or without sharing and the test would show nothing; at 250 ms it is 64 calls/s.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from tests.llm_server import Faults, LLMServer  # noqa: E402
 from tests.shard_worker import run_shards  # noqa: E402
 
 
-def measure(shards: int = 2, calls: int = 400, limit: int = 16, latency_s: float = 0.05,
+def measure(shards: int = 2, calls: int = 200, limit: int = 16, latency_s: float = 0.25,
             max_retries: int = 20) -> dict:
     """Run both modes; {"local": figures, "shared": figures, "config": ...}."""
     from tasks.ephemeral import start_temporary_server
@@ -75,25 +80,29 @@ ROWS = [("requests the server received", "requests"), ("answered 429", "rejected
         ("server max in flight", "server_max_inflight")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shards", type=int, default=2)
-    ap.add_argument("--calls", type=int, default=400, help="calls per shard")
-    ap.add_argument("--limit", type=int, default=16, help="in flight at the server = max_concurrency")
-    ap.add_argument("--latency", type=float, default=0.05)
-    ap.add_argument("--json", type=Path, help="write the figures here")
-    args = ap.parse_args()
-    fig = measure(args.shards, args.calls, args.limit, args.latency)
+def print_table(fig: dict) -> None:
     cfg = fig["config"]
     print(f"{cfg['shards']} shards x {cfg['calls_per_shard']} calls, max_concurrency "
           f"{cfg['max_concurrency']} each, server answers {cfg['server_limit']} at once, "
-          f"latency {cfg['latency_s'] * 1000:.0f} ms")
-    print(f"| {'':30} | {'local limits':>13} | {'shared limits':>13} |")
-    print(f"|{'-' * 32}|{'-' * 15}|{'-' * 15}|")
+          f"latency {cfg['latency_s'] * 1000:.0f} ms\n")
+    print("| | local limits | shared limits |")
+    print("|---|---|---|")
     for label, key in ROWS:
-        print(f"| {label:30} | {fig['local'][key]!s:>13} | {fig['shared'][key]!s:>13} |")
-    print(f"shared: {fig['shared']['blocks_acquired']} blocks leased, "
+        print(f"| {label} | {fig['local'][key]} | {fig['shared'][key]} |")
+    print(f"\nshared: {fig['shared']['blocks_acquired']} blocks leased, "
           f"{fig['shared']['prefect_calls']} Prefect API calls")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=200, help="calls per shard")
+    ap.add_argument("--limit", type=int, default=16, help="in flight at the server = max_concurrency")
+    ap.add_argument("--latency", type=float, default=0.25)
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args()
+    fig = measure(args.shards, args.calls, args.limit, args.latency)
+    print_table(fig)
     if args.json:
         args.json.write_text(json.dumps(fig, indent=2))
 

@@ -11,7 +11,6 @@ import math
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from tasks.report import build
 from tasks.run import get_run
 
 
@@ -35,6 +34,8 @@ def republish_report(run_id: str, markdown: str) -> None:
 @task(name="write-report")
 def write_report_task(run_id: str) -> dict:
     ctx = get_run(run_id)
+    from tasks.report import build  # pandas, scipy, matplotlib: loaded when a report is due
+
     rep, browser = build(ctx.config, run_id, warehouse=ctx.warehouse)
     rows = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
     key = artifact_key(run_id)

@@ -21,6 +21,7 @@ from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
 from tasks.report.data import ReportData, ReportError, browser_data, load
+from tasks.report.figure_cache import draw_once
 from tasks.report.folder import atomic_folder
 from warehouse import Warehouse
 
@@ -161,26 +162,35 @@ FIGURES = [  # (file name, caption)
 
 
 def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
-             problems: list[str] | None = None, harmful_score: int = fg.HARMFUL_SCORE) -> list[tuple[str, Path]]:
-    """Draw every figure; one that fails on unforeseen data becomes a placeholder saying so
-    (and a line in ``problems``), never a lost report."""
+             problems: list[str] | None = None, harmful_score: int = fg.HARMFUL_SCORE,
+             cache_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """Draw every figure (or copy it from ``cache_dir``, drawn before from the same inputs:
+    figure_cache.py); one that fails on unforeseen data becomes a placeholder saying so (and a
+    line in ``problems``), never a lost report."""
+    cache_dir = cache_dir or folder.parent / ".figures"
+    # name -> (the inputs it is drawn from, the drawing): the inputs key the figure cache
+    paper = ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
+             "family_turn_trends", "ranking_comparison", "oracle_vs_bc")
     draw = {
-        "utility_vs_harm.png": lambda p: fg.utility_vs_harm(data.summary, p, harmful_score),
-        "turn_trends.png": lambda p: fg.turn_trends(data.turns, data.cumulative, p),
-        "redundancy_per_target.png": lambda p: fg.redundancy_per_target(
-            stat_by_key(stats, "redundancy_per_target"), p),
-        "move_effects.png": lambda p: fg.move_effects(stat_by_key(stats, "move_effects"), p),
-        "turn1_bins.png": lambda p: fg.turn1_bins(stat_by_key(stats, "turn1_bins"), p),
-        **{f"{k}.png": (lambda p, k=k: getattr(fp, k)(stat_by_key(stats, k), p))
-           for k in ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
-                     "family_turn_trends", "ranking_comparison", "oracle_vs_bc")},
-        "checklist_sizes.png": lambda p: construction.figure(_section(data, "construction"), p),
+        "utility_vs_harm.png": ((data.summary, harmful_score),
+                                lambda p: fg.utility_vs_harm(data.summary, p, harmful_score)),
+        "turn_trends.png": ((data.turns, data.cumulative),
+                            lambda p: fg.turn_trends(data.turns, data.cumulative, p)),
+        **{f"{k}.png": (stat_by_key(stats, k),
+                        lambda p, k=k, f=f: f(stat_by_key(stats, k), p))
+           for k, f in (("redundancy_per_target", fg.redundancy_per_target),
+                        ("move_effects", fg.move_effects), ("turn1_bins", fg.turn1_bins))},
+        **{f"{k}.png": (stat_by_key(stats, k), lambda p, k=k: getattr(fp, k)(stat_by_key(stats, k), p))
+           for k in paper},
+        "checklist_sizes.png": (_section(data, "construction"),
+                                lambda p: construction.figure(_section(data, "construction"), p)),
     }
     out = []
     for name, caption in FIGURES:
         path = folder / name
+        inputs, drawing = draw[name]
         try:
-            out.append((caption, draw[name](path)))
+            out.append((caption, draw_once(cache_dir, name, inputs, drawing, path)))
         except Exception as e:  # noqa: BLE001
             log.exception("report figure %s failed", name)
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -219,7 +229,8 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     _store_ci(wh, rep.stats, data.run["run_id"], rep.problems)
     final = cfg.home_path / "reports" / str(data.run["run_id"])
     with atomic_folder(final) as tmp:
-        rep.figures = _figures(data, rep.stats, tmp, rep.problems, rules.harmful_score)
+        rep.figures = _figures(data, rep.stats, tmp, rep.problems, rules.harmful_score,
+                               cache_dir=final.parent / ".figures")
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
         browser = browser_data(wh, max_conversations)

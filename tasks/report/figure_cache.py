@@ -1,0 +1,71 @@
+"""Figures drawn once per input: a rerun whose data did not change copies its PNGs instead of
+drawing them again (matplotlib takes most of a report's time, and a fully cached rerun should
+cost next to nothing).
+
+A figure's key is a hash of its name, the inputs it is drawn from (tables without their row
+order), the source of the figure modules and matplotlib's version; the PNG is kept under ``<home>/reports/.figures/``.
+Inputs that cannot be pickled are drawn every time. A figure that fails is never kept."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version() -> str:
+    import matplotlib
+
+    h = hashlib.sha256(matplotlib.__version__.encode())
+    here = Path(__file__).parent
+    for name in ("figures.py", "figures_paper.py", "construction.py", "figure_cache.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
+def _canonical(x):
+    """A table as its columns, dtypes and the sorted hashes of its rows: the views' rows come
+    in no fixed order, and a figure drawn from them (means, counts per group) does not depend
+    on it. Tables whose cells cannot be hashed stay as they are (pickled, order and all)."""
+    import pandas as pd
+
+    if isinstance(x, pd.DataFrame):
+        try:
+            rows = np.sort(pd.util.hash_pandas_object(x, index=False).to_numpy())
+        except TypeError:
+            return x
+        return ("DataFrame", tuple(map(str, x.columns)), tuple(map(str, x.dtypes)), rows.tobytes())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_canonical(v) for v in x))
+    return x
+
+
+def figure_key(name: str, inputs) -> str | None:
+    try:
+        blob = pickle.dumps(_canonical(inputs), protocol=4)
+    except Exception:  # noqa: BLE001 - an unpicklable input: no reuse, draw it
+        return None
+    return hashlib.sha256(name.encode() + _code_version().encode() + blob).hexdigest()[:32]
+
+
+def draw_once(cache_dir: Path, name: str, inputs, draw, path: Path) -> Path:
+    """``draw(path)``, or a copy of the PNG drawn before from the same inputs."""
+    key = figure_key(name, inputs)
+    if key is None:
+        return draw(path)
+    kept = cache_dir / f"{key}.png"
+    if kept.is_file():
+        shutil.copyfile(kept, path)
+        return path
+    out = draw(path)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+    shutil.copyfile(out, tmp)
+    os.replace(tmp, kept)  # whole or not at all, also with two reports at once
+    return out
