@@ -24,6 +24,13 @@ def test_a_figure_is_drawn_once_per_input(tmp_path):
     # The same rows in another order (a view's SELECT has no ORDER BY): the same figure.
     draw_once(cache, "f.png", (data.iloc[::-1], 4), draw, tmp_path / "r0.png")
     assert len(drawn) == 1
+    # Also inside an analysis result (a dataclass holding a table).
+    from tasks.report.analyses import Stat
+
+    draw_once(cache, "s.png", Stat("t", data), draw, tmp_path / "s1.png")
+    draw_once(cache, "s.png", Stat("t", data.iloc[::-1]), draw, tmp_path / "s2.png")
+    assert len(drawn) == 2
+    drawn.pop()
     # Another input, another parameter or another figure name: drawn again.
     changed = data.assign(bc_utility=[40.0, 55.6])
     draw_once(cache, "f.png", (changed, 4), draw, tmp_path / "r3.png")

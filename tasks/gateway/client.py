@@ -422,7 +422,8 @@ class Gateway:
             reasks += 1
 
     async def _send(self, kwargs: dict, convo, prompt) -> Reply | Failure:
-        """One request: in a gateway worker process when the run has them, else here. Limits, the in-flight table and the cache stay in this process either way."""
+        """One request: in a gateway worker process when the run has them, else here.
+        Limits, the in-flight table and the cache stay in this process either way."""
         pool = self._pool()
         if pool is not None:
             return await pool.send(kwargs, convo, prompt)

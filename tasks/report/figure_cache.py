@@ -8,6 +8,7 @@ Inputs that cannot be pickled are drawn every time. A figure that fails is never
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -30,12 +31,16 @@ def _code_version() -> str:
 
 
 def _canonical(x):
-    """A table as its columns, dtypes and the sorted hashes of its rows: the views' rows come
-    in no fixed order, and a figure drawn from them (means, counts per group) does not depend
-    on it. Tables whose cells cannot be hashed stay as they are (pickled, order and all)."""
+    """A table as its columns, dtypes and the sorted hashes of its rows (floats to 9 decimals):
+    the views' rows come in no fixed order, and a figure drawn from them (means, counts per
+    group) does not depend on it. Tables whose cells cannot be hashed stay as they are (pickled, order and all)."""
     import pandas as pd
 
     if isinstance(x, pd.DataFrame):
+        # Means over rows in another order differ in their last bits; no figure shows them.
+        floats = x.select_dtypes("floating").columns
+        if len(floats):
+            x = x.assign(**{c: x[c].round(9) for c in floats})
         try:
             rows = np.sort(pd.util.hash_pandas_object(x, index=False).to_numpy())
         except TypeError:
@@ -43,6 +48,9 @@ def _canonical(x):
         return ("DataFrame", tuple(map(str, x.columns)), tuple(map(str, x.dtypes)), rows.tobytes())
     if isinstance(x, (tuple, list)):
         return (type(x).__name__, tuple(_canonical(v) for v in x))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):  # an analysis Stat and its table
+        return (type(x).__name__, tuple((f.name, _canonical(getattr(x, f.name)))
+                                        for f in dataclasses.fields(x)))
     return x
 
 
