@@ -31,7 +31,7 @@ from tasks.gateway.transport import (  # noqa: F401
     _retry_after, _schema_json, _supported_params, _with_schema_instructions, parse_structured,
     response_format_for, schema_doc, send,
 )
-from tasks.gateway.shared_limits import SharedLimitsUnavailable, shared_limits_enabled
+from tasks.gateway.shared_limits import shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
 
 log = logging.getLogger("carryon.gateway")
@@ -256,21 +256,6 @@ class Gateway:
                                           spec.rpm)
         return lim
 
-    async def _shared_slot(self, lim: ModelLimits):
-        """Hold a slot of the deployment-wide budget (None when not shared). A Prefect server
-        that cannot be reached leaves this process's own limits in charge, said once."""
-        shared = lim.shared
-        if shared is None:
-            return None
-        try:
-            await shared.acquire()
-            return shared
-        except SharedLimitsUnavailable as e:
-            if lim.shared is shared:
-                lim.shared = None
-                log.warning("%s; this process applies its own limits only", e)
-            return None
-
     async def release_limits(self) -> None:
         """Give this loop's shared slots back to the Prefect server (the run's end); leases
         left behind expire on the server within a minute."""
@@ -386,15 +371,8 @@ class Gateway:
         started = time.perf_counter()
         while True:
             r.attempts += 1
-            async with lim.semaphore:
-                shared = await self._shared_slot(lim)
-                try:
-                    if lim.rate:
-                        await lim.rate.acquire()
-                    got = await self._send(kwargs, convo, prompt)
-                finally:
-                    if shared is not None:
-                        shared.release()
+            async with lim.slot():
+                got = await self._send(kwargs, convo, prompt)
             if isinstance(got, Failure):
                 if got.group == "context":
                     return self._fail(r, started, api_key, "context_exceeded", got.text)

@@ -76,9 +76,7 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
     while True:
         r.attempts += 1
         try:
-            async with lim.semaphore:
-                if lim.rate:
-                    await lim.rate.acquire()
+            async with lim.slot():
                 resp = await litellm.aembedding(**kwargs)
         except (litellm.RateLimitError, litellm.InternalServerError,
                 litellm.ServiceUnavailableError, litellm.APIConnectionError,

@@ -9,8 +9,14 @@ workers of a deployment also draw on one budget per model (shared_limits.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections import deque
+
+from tasks.gateway.shared_limits import SharedLimitsUnavailable
+
+log = logging.getLogger("carryon.gateway")
 
 
 class RateLimiter:
@@ -41,3 +47,32 @@ class ModelLimits:
         # The deployment-wide budget of the same limits (shared_limits.SharedLimits), when the
         # gateway shares them; this process's own limits above still apply inside it.
         self.shared = None
+
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        """Hold one request's place: this process's semaphore, the shared budget's slot (if
+        any), then a start under the rpm window."""
+        async with self.semaphore:
+            shared = await self._shared_slot()
+            try:
+                if self.rate:
+                    await self.rate.acquire()
+                yield
+            finally:
+                if shared is not None:
+                    shared.release()
+
+    async def _shared_slot(self):
+        # A Prefect server that cannot be reached leaves this process's own limits in charge,
+        # said once.
+        shared = self.shared
+        if shared is None:
+            return None
+        try:
+            await shared.acquire()
+            return shared
+        except SharedLimitsUnavailable as e:
+            if self.shared is shared:
+                self.shared = None
+                log.warning("%s; this process applies its own limits only", e)
+            return None
