@@ -125,8 +125,8 @@ class GatewayConfig(_Strict):
     workers: int | Literal["auto"] = "auto"
     # Provider limits (max_concurrency, rpm) drawn from one budget per model on the Prefect
     # server (tasks/gateway/shared_limits.py), so every shard and worker of a deployment
-    # shares them. "auto": when the run talks to a long-lived Prefect server (PREFECT_API_URL
-    # in the environment, not this process's temporary server); "off": this process only.
+    # shares them. "auto": when the run is one shard of several and talks to a long-lived
+    # Prefect server (PREFECT_API_URL, not this process's temporary server); "on"; "off".
     shared_limits: Literal["auto", "on", "off"] = "auto"
 
 

@@ -57,7 +57,8 @@ class RunContext:
         if self._gateway is None:
             from tasks.gateway import Gateway
 
-            self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway)
+            self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway,
+                                    shards=self.shard_count)
             self._gateway.batch_store = self.warehouse  # batch mode records its batches here
             from tasks.progress import set_activity
 

@@ -233,9 +233,10 @@ def test_auto_shares_limits_only_with_a_long_lived_prefect_server(monkeypatch):
     assert not shared_limits_enabled("auto")
     assert shared_limits_enabled("on") and not shared_limits_enabled("off")
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # a user's server
-    assert shared_limits_enabled("auto")
+    assert shared_limits_enabled("auto", shards=2)
+    assert not shared_limits_enabled("auto", shards=1)  # not sharded: only when asked
     monkeypatch.setattr(ephemeral, "_OURS", {"http://127.0.0.1:4200/api"})  # our temporary one
-    assert not shared_limits_enabled("auto")
+    assert not shared_limits_enabled("auto", shards=2)
 
 
 def test_gateway_falls_back_to_its_own_limits_when_prefect_is_down(tmp_path, caplog):

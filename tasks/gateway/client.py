@@ -91,7 +91,8 @@ class Gateway:
     """Cached, limited, retrying access to every model. Create one per run, on the run's
     event loop; call ``drain_records()`` to collect provenance rows for the warehouse."""
 
-    def __init__(self, cache_dir: Path, run_id: str, cfg: GatewayConfig | None = None):
+    def __init__(self, cache_dir: Path, run_id: str, cfg: GatewayConfig | None = None,
+                 shards: int = 1):
         self.cache = ResponseCache(cache_dir)
         self.run_id = run_id
         self.cfg = cfg or GatewayConfig()
@@ -106,7 +107,7 @@ class Gateway:
         # Worker processes that send the requests (workers.py), one pool per loop, started
         # on the first cache miss.
         self.workers = worker_count(self.cfg.workers)
-        self.shared_limits = shared_limits_enabled(self.cfg.shared_limits)
+        self.shared_limits = shared_limits_enabled(self.cfg.shared_limits, shards)
         self._pools: dict[int, WorkerPool] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache

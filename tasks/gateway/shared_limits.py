@@ -41,6 +41,8 @@ LEASE_S = 60.0
 RENEW_EVERY_S = 20.0
 # Longest pause between attempts to lease a block while the global limit is full.
 POLL_MAX_S = 0.1
+# Waiting this long without a single slot is said once (a log line naming the limit).
+WAIT_WARN_S = 30.0
 # A rate token not spent within this many seconds of its grant is dropped (see rate_sizing).
 TOKEN_TTL_S = 1.0
 
@@ -49,14 +51,16 @@ class SharedLimitsUnavailable(RuntimeError):
     """The Prefect API could not be reached or refused the limits' setup."""
 
 
-def shared_limits_enabled(setting: str) -> bool:
-    """``gateway.shared_limits``: on, off, or auto = when the run talks to a long-lived Prefect
-    server (a deployment's worker, ``carryon server up``): a temporary server serves one
-    process only, whose own limits already hold."""
+def shared_limits_enabled(setting: str, shards: int = 1) -> bool:
+    """``gateway.shared_limits``: on, off, or auto = when the run is one shard of several and
+    talks to a long-lived Prefect server (a deployment's worker, ``carryon server up``). A
+    temporary server serves one process only, whose own limits already hold; a run that is not
+    sharded shares only when asked (``on``), because slots held by a killed run stay taken
+    until their leases expire."""
     if setting == "auto":
         from tasks.ephemeral import long_lived_api_url
 
-        return long_lived_api_url() is not None
+        return shards > 1 and long_lived_api_url() is not None
     return setting == "on"
 
 
@@ -235,6 +239,7 @@ class SharedLimits:
         import httpx
 
         pause = 0.01
+        began, warned = time.monotonic(), False
         try:
             while (self._waiters and not self._closed
                    and self._capacity < self.max_concurrency):
@@ -247,6 +252,13 @@ class SharedLimits:
                     if e.response.status_code != 423:
                         raise
                     # The global limit is full: poll (see the module docstring on Retry-After).
+                    if not self._capacity and not warned and time.monotonic() - began > WAIT_WARN_S:
+                        warned = True
+                        log.warning(
+                            "model %s: no slot of shared limit %s for %.0f s. Other processes "
+                            "hold them, or a killed run does until its leases expire (%.0f s; "
+                            "the Prefect server's repossessor service frees them)", self.model,
+                            self.conc_name, time.monotonic() - began, LEASE_S)
                     after = float(e.response.headers.get("Retry-After", POLL_MAX_S))
                     await asyncio.sleep(min(after, pause))
                     pause = min(pause * 2, POLL_MAX_S)
