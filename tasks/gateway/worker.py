@@ -1,15 +1,17 @@
-"""A gateway worker process (see workers.py): ``python -m tasks.gateway.worker FD``.
+"""A gateway worker process (see workers.py): ``python -m tasks.gateway.worker FD PARENT_PID``.
 
 It imports litellm, says it is ready, then sends every request it reads from socket FD through
 ``transport.send`` and writes the outcome back, many at once on one event loop. It applies no
 limits of its own (the run's process does) and stops at end of stream: when the run's process
-closes the socket or dies.
+closes the socket or dies (on Linux it is killed with its parent at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import signal
 import socket
 import sys
 
@@ -43,8 +45,22 @@ async def serve(sock: socket.socket) -> None:
         task.add_done_callback(running.discard)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this worker when the run's process dies, even by SIGKILL: no orphan keeps
+    importing litellm (or holding a request) after it. Linux's parent-death signal; elsewhere
+    the end of stream on the socket still ends the worker once it reads again."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        sys.exit(0)
+
+
 def main() -> None:
     fd = int(sys.argv[1])
+    if len(sys.argv) > 2:
+        _die_with_parent(int(sys.argv[2]))
     try:
         asyncio.run(serve(socket.socket(fileno=fd)))
     except (KeyboardInterrupt, BrokenPipeError, ConnectionError):

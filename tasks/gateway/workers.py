@@ -107,7 +107,8 @@ class WorkerPool:
         for i in range(self.n):
             mine, theirs = socket.socketpair()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tasks.gateway.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "tasks.gateway.worker", str(theirs.fileno()),
+                 str(os.getpid())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
             theirs.close()
             w = _Worker(i, proc, mine)
