@@ -9,7 +9,8 @@ PREFECT_API_URL for every request (``shared_limits: on``, tasks/gateway/shared_l
 The gateway's worker processes follow CARRYON_GATEWAY_WORKERS (the tests set 0).
 
 Per mode the worker warms up (imports, one call, the shared limits' setup), prints ``ready``,
-waits for a line on stdin, runs, and prints one JSON line of results. ``run_shards`` starts
+waits for a line on stdin, runs, and prints one JSON line of results; before the next mode's
+warm-up it waits for another line, sent once every shard's results are in. ``run_shards`` starts
 several at once and starts each run in all of them together, so they overlap: the test (tests/test_shared_limits.py) and benchmarks/shard_limits.py.
 """
 
@@ -74,7 +75,11 @@ async def _phase(args, shared_mode: bool) -> dict:
 
 
 async def _shard(args) -> None:
-    for mode in args.modes.split(","):
+    for i, mode in enumerate(args.modes.split(",")):
+        if i:  # the next mode's warm-up waits until every shard has finished this one: a
+            # warm-up call sent while another shard still runs would be a request outside
+            # the run being measured (and outside the shared budget), seen as over the limit
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         out = await _phase(args, {"shared": True, "local": False}[mode])
         print(json.dumps(out), flush=True)
 
@@ -104,7 +109,7 @@ def run_shards(api_base: str, *, modes: tuple[str, ...] = ("local", "shared"), s
              for i in range(shards)]
     figures = {}
     try:
-        for mode in modes:
+        for n, mode in enumerate(modes):
             for p in procs:
                 _read_line(p, f"the {mode} run was ready")
             if reset is not None:
@@ -116,6 +121,9 @@ def run_shards(api_base: str, *, modes: tuple[str, ...] = ("local", "shared"), s
             outs = [json.loads(_read_line(p, f"the {mode} results")) for p in procs]
             figures[mode] = {"shards": outs, "wall_s": round(time.perf_counter() - t0, 3),
                              "server": counts() if counts is not None else None}
+            for p in procs if n + 1 < len(modes) else ():
+                p.stdin.write("next\n")  # every shard is done and counted: next mode's warm-up
+                p.stdin.flush()
         for p in procs:
             p.stdin.close()
             if p.wait(60):

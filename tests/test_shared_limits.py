@@ -191,6 +191,8 @@ def test_two_shards_shared_vs_local(prefect_harness):
     shared, local = figures["shared"], figures["local"]
     assert shared["ok"] == 2 * CALLS and shared["failed"] == 0
     assert shared["max_inflight"] <= 8
+    for figures_of_mode in (shared, local):  # no request reached the server outside the runs
+        assert figures_of_mode["total"] == figures_of_mode["ok"] + figures_of_mode["rejected"]
     assert shared["rejected"] / shared["total"] <= 0.05
     # Local: two shards of 8 against a server that answers 8. While both are busy, 8 calls
     # are not being answered at any moment, each retrying every ~50 ms (retry-after) while an
