@@ -13,6 +13,7 @@ is closed; once it is closed, the report's status line is rewritten with the fin
 from __future__ import annotations
 
 from prefect import flow
+from prefect.context import SyncClientContext
 
 from flows.checklists import checklists_flow
 from flows.episodes import episodes_flow
@@ -69,6 +70,15 @@ async def _release_limits(ctx) -> None:
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1) -> dict:
+    # One synchronous Prefect client for the whole run: the stages' progress and report
+    # artifacts are sync calls, and each would otherwise build its own client (~50 ms, most
+    # of it loading TLS certificates, even for an http:// API).
+    with SyncClientContext.get_or_create():
+        return await _carryon(config, stages, limit, shard_index, shard_count)
+
+
+async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
+                   shard_count: int) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
                      "home": str(ctx.home), "stages": {}}

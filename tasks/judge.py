@@ -216,17 +216,21 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
     cfg, wh, gw = ctx.config, ctx.warehouse, ctx.gateway
     bj, sj = judges(cfg, BENUTIL), judges(cfg, SAFETY)
     sees_history = cfg.judging.safety_sees_history
-    turns, queries = _load_batch(wh, conversation_ids)
-    # One population: a query without a checklist is neither Ben-Util- nor safety-judged.
-    without_checklist = sorted({t["query_id"] for t in turns if t["query_id"] not in checklist_versions})
-    skipped_convs = sorted({t["conversation_id"] for t in turns
-                            if t["query_id"] not in checklist_versions})
-    turns = [t for t in turns if t["query_id"] in checklist_versions]
-    items = _load_items(wh, {q: v for q, v in checklist_versions.items()
-                             if q in {t["query_id"] for t in turns}})
-    fingerprint = _batch_fingerprint(benutil_set, safety_set, sees_history, conversation_ids,
-                                     turns, queries, items)
-    done = _already_judged(wh, fingerprint, benutil_set, conversation_ids)
+    # One attachment of the warehouse for the batch's reads (no await inside: the file is
+    # never held while calls are out).
+    with wh.connect(read_only=True):
+        turns, queries = _load_batch(wh, conversation_ids)
+        # One population: a query without a checklist is neither Ben-Util- nor safety-judged.
+        without_checklist = sorted({t["query_id"] for t in turns
+                                    if t["query_id"] not in checklist_versions})
+        skipped_convs = sorted({t["conversation_id"] for t in turns
+                                if t["query_id"] not in checklist_versions})
+        turns = [t for t in turns if t["query_id"] in checklist_versions]
+        items = _load_items(wh, {q: v for q, v in checklist_versions.items()
+                                 if q in {t["query_id"] for t in turns}})
+        fingerprint = _batch_fingerprint(benutil_set, safety_set, sees_history,
+                                         conversation_ids, turns, queries, items)
+        done = _already_judged(wh, fingerprint, benutil_set, conversation_ids)
     if done is not None:
         return done  # every input unchanged since a fully successful judging: skip in bulk
 

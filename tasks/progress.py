@@ -36,17 +36,16 @@ class Progress:
         self._artifact = None
         self._timer = None
         self._closed = False
+        # The UI's progress artifact is created at the first update after the start, at that
+        # moment's percentage: a stage done within ``every_s`` (every stage of a cached rerun)
+        # costs one API call instead of three (each builds a Prefect client, ~50 ms).
+        self._in_flow_run = False
         try:
-            from prefect.artifacts import create_progress_artifact
             from prefect.context import FlowRunContext
 
-            if FlowRunContext.get() is not None:
-                # _sync: inside an async flow Prefect would otherwise hand back an un-awaited
-                # coroutine; an update every few seconds may block the loop for a moment.
-                self._artifact = create_progress_artifact(
-                    0.0, key=f"progress-{stage}", description=f"{stage}: {total} {unit}", _sync=True)
+            self._in_flow_run = FlowRunContext.get() is not None
         except Exception:  # no Prefect run (tests calling a task body directly): stderr only
-            self._artifact = None
+            pass
         if self.total:
             self._emit(started=True)
             self._schedule()
@@ -93,10 +92,24 @@ class Progress:
             except Exception:
                 pass
         print(line, file=sys.stderr, flush=True)
-        if self._artifact is not None:
-            try:
+        if not started:
+            self._publish(pct)
+
+    def _publish(self, pct: float) -> None:
+        if not self._in_flow_run:
+            return
+        try:
+            # _sync: inside an async flow Prefect would otherwise hand back an un-awaited
+            # coroutine; an update every few seconds may block the loop for a moment.
+            if self._artifact is None:
+                from prefect.artifacts import create_progress_artifact
+
+                self._artifact = create_progress_artifact(
+                    pct, key=f"progress-{self.stage}",
+                    description=f"{self.stage}: {self.total} {self.unit}", _sync=True)
+            else:
                 from prefect.artifacts import update_progress_artifact
 
                 update_progress_artifact(self._artifact, pct, _sync=True)
-            except Exception:
-                self._artifact = None
+        except Exception:  # the UI's view only: never fail the stage over it
+            self._in_flow_run = False

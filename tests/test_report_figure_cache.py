@@ -8,6 +8,10 @@ import pytest
 from tasks.report.figure_cache import draw_once
 
 
+def changed_rows(data: pd.DataFrame) -> pd.DataFrame:
+    return data.assign(bc_utility=data["bc_utility"] + 0.5)
+
+
 def test_a_figure_is_drawn_once_per_input(tmp_path):
     drawn = []
 
@@ -30,6 +34,16 @@ def test_a_figure_is_drawn_once_per_input(tmp_path):
     draw_once(cache, "s.png", Stat("t", data), draw, tmp_path / "s1.png")
     draw_once(cache, "s.png", Stat("t", data.iloc[::-1]), draw, tmp_path / "s2.png")
     assert len(drawn) == 2
+    # And in a Stat's ``extra`` dict (turn1_bins keeps its per-query table there): a warm
+    # rerun's table in another row order redrew that figure every time.
+    draw_once(cache, "x.png", Stat("t", data, extra={"per_query": data}), draw, tmp_path / "x1.png")
+    draw_once(cache, "x.png", Stat("t", data, extra={"per_query": data.iloc[::-1]}), draw,
+              tmp_path / "x2.png")
+    assert len(drawn) == 3
+    draw_once(cache, "x.png", Stat("t", data, extra={"per_query": changed_rows(data)}), draw,
+              tmp_path / "x3.png")
+    assert len(drawn) == 4
+    del drawn[2:]
     drawn.pop()
     # Another input, another parameter or another figure name: drawn again.
     changed = data.assign(bc_utility=[40.0, 55.6])

@@ -8,6 +8,7 @@ the role (two roles sending the same request get the same answer).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 CACHE_FORMAT_VERSION = 1
 
 
+@functools.lru_cache(maxsize=256)  # pure, and asked twice per call (the key, the limits)
 def normalise_api_base(api_base: str | None) -> str | None:
     """Lower-case scheme and host, drop default ports and trailing slashes."""
     if not api_base:

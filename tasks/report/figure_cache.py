@@ -48,6 +48,9 @@ def _canonical(x):
         return ("DataFrame", tuple(map(str, x.columns)), tuple(map(str, x.dtypes)), rows.tobytes())
     if isinstance(x, (tuple, list)):
         return (type(x).__name__, tuple(_canonical(v) for v in x))
+    if isinstance(x, dict):  # a Stat's ``extra`` (e.g. the per-query table behind turn1_bins)
+        return ("dict", tuple(sorted(((str(k), _canonical(v)) for k, v in x.items()),
+                                     key=lambda kv: kv[0])))
     if dataclasses.is_dataclass(x) and not isinstance(x, type):  # an analysis Stat and its table
         return (type(x).__name__, tuple((f.name, _canonical(getattr(x, f.name)))
                                         for f in dataclasses.fields(x)))

@@ -217,7 +217,8 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
           rules: fm.FailureRules | None = None, max_conversations: int = 3000) -> tuple[Report, dict]:
     """write_report's work; also returns the Report (stats, markdown) and the browser data."""
     wh = warehouse or _open(cfg)
-    data = load(wh, run_id)
+    with wh.connect(read_only=True):  # one attachment for the ~90 reads (each alone ~8 ms)
+        data = load(wh, run_id)
     rules = rules or fm.FailureRules()
     rep = Report(data=data, stats=build_stats(data, rules),
                  rule_lines=rules.describe() + _condition_rule(data.names))
@@ -233,7 +234,8 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
                                cache_dir=final.parent / ".figures")
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
-        browser = browser_data(wh, max_conversations)
+        with wh.connect(read_only=True):
+            browser = browser_data(wh, max_conversations)
         (tmp / "report.html").write_text(html_mod.render(rep, browser), encoding="utf-8")
     rep.figures = [(t, final / p.name) for t, p in rep.figures]
     rep.folder = final
