@@ -43,14 +43,9 @@ from tasks.daemons import HOST, free_port
 # marks its cmdline, so tests (and people) can find it in /proc.
 MARK = "carryon-temporary-prefect-server"
 BOOT = f"""# {MARK}
-import ctypes, os, runpy, signal, sys
-parent = int(sys.argv[1])
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:  # the parent died before prctl took effect
-    sys.exit(0)
+import runpy, sys
+from tasks.parent_death import die_with_parent
+die_with_parent(int(sys.argv[1]))
 sys.argv = ["uvicorn", *sys.argv[2:]]
 runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
 """

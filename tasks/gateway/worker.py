@@ -9,14 +9,13 @@ closes the socket or dies (on Linux it is killed with its parent at once).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
-import signal
 import socket
 import sys
 
 from tasks.gateway.transport import Failure, _litellm, error_text, send
 from tasks.gateway.workers import frame, read_frame
+from tasks.parent_death import die_with_parent
 
 
 async def serve(sock: socket.socket) -> None:
@@ -45,22 +44,12 @@ async def serve(sock: socket.socket) -> None:
         task.add_done_callback(running.discard)
 
 
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this worker when the run's process dies, even by SIGKILL: no orphan keeps
-    importing litellm (or holding a request) after it. Linux's parent-death signal; elsewhere
-    the end of stream on the socket still ends the worker once it reads again."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        sys.exit(0)
-
-
 def main() -> None:
     fd = int(sys.argv[1])
     if len(sys.argv) > 2:
-        _die_with_parent(int(sys.argv[2]))
+        # Killed with the run's process, even by SIGKILL: no orphan keeps importing litellm
+        # or holding a request after it.
+        die_with_parent(int(sys.argv[2]))
     try:
         asyncio.run(serve(socket.socket(fileno=fd)))
     except (KeyboardInterrupt, BrokenPipeError, ConnectionError):
