@@ -17,7 +17,7 @@ are priced live there).
 from __future__ import annotations
 
 from tasks.config import Config
-from tasks.gateway.prices import costs
+from tasks.gateway.prices import MEMO_NAME, costs
 from tasks.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
@@ -112,6 +112,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
                     "targets": 2 * target_out, "user_simulator": 2 * target_out,
                     "move_checker": 2 * target_out,
                     "benutil_judge": target_out, "safety_judge": target_out}
+    memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
@@ -122,7 +123,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         in_tokens = base_in + extra_prompt.get(role, 0)
         per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
         priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens),
-                        _cache_share(role, s, target_out, mean_items)) for s in specs]
+                        _cache_share(role, s, target_out, mean_items), memo=memo) for s in specs]
         total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
                  for k in ("live", "batch", "cached")}
         rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -157,3 +158,41 @@ def _write(tmp_path, cfg) -> Path:
     p = tmp_path / "cost.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
+
+
+def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
+    """The plan reads litellm's rates through a memo file (prices.py): the same numbers as
+    litellm, and a second process with the memo never imports litellm (seconds per run)."""
+    import json
+    import subprocess
+    import sys
+
+    from tasks.gateway.prices import MEMO_NAME
+
+    memo = tmp_path / MEMO_NAME
+    s = spec_for(_Server, model="openai/gpt-4o-mini")
+    unpriced = spec_for(_Server, model="openai/test-judge")
+    assert costs(s, 1e6, 1e6, memo=memo) == costs(s, 1e6, 1e6)
+    assert rates(s, memo) == rates(s)
+    assert costs(unpriced, 10, 10, memo=memo) == {"live": None, "batch": None, "cached": None}
+    book = json.loads(memo.read_text())
+    assert len(book) == 2 and all(k.startswith("litellm ") for k in book)
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from tasks.gateway.prices import costs\n"
+        "from tests.test_plan_prices import _Server\n"
+        "from tests.test_batch_api import spec_for\n"
+        f"memo = Path({str(memo)!r})\n"
+        "got = costs(spec_for(_Server, model='openai/gpt-4o-mini'), 1e6, 1e6, memo=memo)\n"
+        "print(round(got['live'], 6), 'litellm' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).resolve().parents[1], check=True).stdout.split()
+    assert out == ["0.75", "False"]
+    # The memo is what is read, while litellm reads its local map (this process's setting).
+    memo.write_text(json.dumps({k: {"input_cost_per_token": 1.0, "output_cost_per_token": 1.0}
+                                for k in book}))
+    assert rates(s, memo).input == 1.0
+    # A remote price map can change between runs: then litellm is asked, the memo ignored.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "False")
+    assert rates(s, memo) == rates(s) and rates(s).input != 1.0

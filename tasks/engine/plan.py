@@ -12,7 +12,7 @@ from __future__ import annotations
 from tasks.bench import module
 from tasks.engine.episode import plan_episodes, policy
 from tasks.engine.items import select_items
-from tasks.gateway.prices import costs
+from tasks.gateway.prices import MEMO_NAME, costs
 from tasks.roles import tokens
 
 CHARS_PER_TOKEN = 4
@@ -62,7 +62,8 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
         per_model = n / len(specs) if role == "targets" else n
         # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
         # estimated for these prompts, so the cached column is the live price.
-        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), 0.0)
+        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), 0.0,
+                        memo=cfg.cache_path / MEMO_NAME)
                   for s in specs]
         total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
                  for k in ("live", "batch", "cached")}

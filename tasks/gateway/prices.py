@@ -6,11 +6,23 @@ fraction a batch takes off the live price) where set, else from litellm's local 
 batch costs ``1 - batch_discount`` of live, 0.5 by default (OpenAI's, Anthropic's and
 Gemini's batch discount). A rate nobody knows is None, and so is every cost built on it.
 Prices shape the bill, not the answers: never in a cache key or the config hash.
+
+Importing litellm costs seconds (8 s on a loaded 2-core machine), and a run whose calls all go
+to gateway workers, or all hit the cache, never imports it in the run's process: only its
+report's plan columns would. So the plan reads litellm's rates through a small memo file in
+the cache folder (``model_rates.json``), keyed by litellm's version and the model string. It
+is exact only while litellm reads its local price map (``LITELLM_LOCAL_MODEL_COST_MAP``, which
+the gateway sets to True unless the user set it): a remote map can change between runs, so
+then every lookup asks litellm.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from tasks.config import ModelSpec
 from tasks.gateway.transport import _litellm
@@ -26,6 +38,10 @@ class Rates:
     batch_discount: float = DEFAULT_BATCH_DISCOUNT
 
 
+_RATE_KEYS = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost")
+MEMO_NAME = "model_rates.json"
+
+
 def _litellm_info(model: str) -> dict:
     try:
         return dict(_litellm().get_model_info(model) or {})
@@ -33,9 +49,52 @@ def _litellm_info(model: str) -> dict:
         return {}
 
 
-def rates(spec: ModelSpec) -> Rates:
-    info = _litellm_info(spec.model)
+@functools.lru_cache(maxsize=1)
+def _litellm_version() -> str:
+    from importlib.metadata import version
+
+    return version("litellm")
+
+
+def _local_price_map() -> bool:
+    # Unset means local: tasks/gateway/transport.py sets it to True before importing litellm.
+    return os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() == "true"
+
+
+def _memo_info(model: str, memo: Path) -> dict:
+    """litellm's rates of ``model`` through the memo file (see the module docstring)."""
+    key = f"litellm {_litellm_version()} {model}"
+    try:
+        book = json.loads(memo.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        book = {}  # missing, or a torn/edited file: rebuilt from litellm
+    if not isinstance(book, dict):
+        book = {}
+    if isinstance(book.get(key), dict):
+        return book[key]
+    info = {k: v for k, v in _litellm_info(model).items() if k in _RATE_KEYS}
+    book[key] = info
+    try:  # atomic: a reader sees the old book or the new one, never half of it
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(book, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache folder: the next lookup asks litellm again
+    return info
+
+
+def rates(spec: ModelSpec, memo: Path | None = None) -> Rates:
+    """A model's rates; ``memo``: the memo file to read litellm's through (None: ask litellm)."""
     p = spec.price
+    need_map = not (p and p.input_per_mtok is not None and p.output_per_mtok is not None
+                    and p.cached_input_per_mtok is not None)
+    if not need_map:
+        info = {}
+    elif memo is not None and _local_price_map():
+        info = _memo_info(spec.model, memo)
+    else:
+        info = _litellm_info(spec.model)
 
     def pick(override_mtok, litellm_key):
         if override_mtok is not None:
@@ -51,12 +110,13 @@ def rates(spec: ModelSpec) -> Rates:
 
 
 def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float,
-          cached_share: float | None = 1.0) -> dict:
+          cached_share: float | None = 1.0, memo: Path | None = None) -> dict:
     """``{"live", "batch", "cached"}`` in USD for these tokens: live rates; the batch price;
     and with ``cached_share`` of the prompt tokens read from the provider's prompt cache
     (1.0, the default: every one, the best case; the plan passes what the prompt layout
-    allows, tasks/prompt_layout.py; None: not known, no cached cost). Completions are live."""
-    r = rates(spec)
+    allows, tasks/prompt_layout.py; None: not known, no cached cost). Completions are live.
+    ``memo``: as for ``rates``."""
+    r = rates(spec, memo)
     if r.input is None or r.output is None:
         return {"live": None, "batch": None, "cached": None}
     live = prompt_tokens * r.input + completion_tokens * r.output
