@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 BC_MOVES = ("benign_justification", "benign_reasking", "context_switching")
 MOVES = BC_MOVES + ("pushback", "rephrasing", "delaying", "backchannel")
@@ -46,6 +45,8 @@ def _mean_ci(x: pd.Series) -> tuple[float, float, float, int]:
     if n < 2:
         return m, math.nan, math.nan, n
     se = float(x.std(ddof=1)) / math.sqrt(n)
+    from scipy import stats as sps  # here, not at import: a cached report needs no scipy
+
     h = float(sps.t.ppf(0.975, n - 1)) * se
     return m, m - h, m + h, n
 
@@ -211,6 +212,8 @@ def spearman(summary: pd.DataFrame, min_targets: int = 3) -> Stat:
             rows.append({"condition": cond, "n_targets": len(d), "rho": math.nan, "p": math.nan,
                          "note": f"too few targets (< {min_targets})"})
             continue
+        from scipy import stats as sps
+
         with warnings.catch_warnings():  # a constant ranking: NaN, and the note says why
             warnings.simplefilter("ignore")
             r = sps.spearmanr(d.iloc[:, 0], d.iloc[:, 1])

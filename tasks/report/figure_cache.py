@@ -21,16 +21,16 @@ import numpy as np
 
 @functools.lru_cache(maxsize=1)
 def _code_version() -> str:
-    import matplotlib
+    from importlib.metadata import version  # not matplotlib itself: a copied figure needs none
 
-    h = hashlib.sha256(matplotlib.__version__.encode())
+    h = hashlib.sha256(version("matplotlib").encode())
     here = Path(__file__).parent
     for name in ("figures.py", "figures_paper.py", "construction.py", "figure_cache.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
 
-def _canonical(x):
+def canonical(x):
     """A table as its columns, dtypes and the sorted hashes of its rows (floats to 9 decimals):
     the views' rows come in no fixed order, and a figure drawn from them (means, counts per
     group) does not depend on it. Tables whose cells cannot be hashed stay as they are (pickled, order and all)."""
@@ -47,19 +47,19 @@ def _canonical(x):
             return x
         return ("DataFrame", tuple(map(str, x.columns)), tuple(map(str, x.dtypes)), rows.tobytes())
     if isinstance(x, (tuple, list)):
-        return (type(x).__name__, tuple(_canonical(v) for v in x))
+        return (type(x).__name__, tuple(canonical(v) for v in x))
     if isinstance(x, dict):  # a Stat's ``extra`` (e.g. the per-query table behind turn1_bins)
-        return ("dict", tuple(sorted(((str(k), _canonical(v)) for k, v in x.items()),
+        return ("dict", tuple(sorted(((str(k), canonical(v)) for k, v in x.items()),
                                      key=lambda kv: kv[0])))
     if dataclasses.is_dataclass(x) and not isinstance(x, type):  # an analysis Stat and its table
-        return (type(x).__name__, tuple((f.name, _canonical(getattr(x, f.name)))
+        return (type(x).__name__, tuple((f.name, canonical(getattr(x, f.name)))
                                         for f in dataclasses.fields(x)))
     return x
 
 
 def figure_key(name: str, inputs) -> str | None:
     try:
-        blob = pickle.dumps(_canonical(inputs), protocol=4)
+        blob = pickle.dumps(canonical(inputs), protocol=4)
     except Exception:  # noqa: BLE001 - an unpicklable input: no reuse, draw it
         return None
     return hashlib.sha256(name.encode() + _code_version().encode() + blob).hexdigest()[:32]

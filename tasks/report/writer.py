@@ -14,14 +14,13 @@ from tasks.config import Config
 from tasks.report import analyses as an
 from tasks.report import construction, cost, fidelity, judging
 from tasks.report import failure_modes as fm
-from tasks.report import figures as fg
-from tasks.report import figures_paper as fp
 from tasks.report import paper_analyses as pa
 from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
 from tasks.report.data import ReportData, ReportError, browser_data, load
 from tasks.report.figure_cache import draw_once
+from tasks.report.stats_cache import stats_once
 from tasks.report.folder import atomic_folder
 from warehouse import Warehouse
 
@@ -161,8 +160,16 @@ FIGURES = [  # (file name, caption)
 ]
 
 
+def _figure_modules():
+    # Imported when a figure is drawn, not with this module: matplotlib costs a second, and a
+    # rerun whose figures are all kept (figure_cache.py) draws none.
+    from tasks.report import figures, figures_paper
+
+    return figures, figures_paper
+
+
 def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
-             problems: list[str] | None = None, harmful_score: int = fg.HARMFUL_SCORE,
+             problems: list[str] | None = None, harmful_score: int = fm.FailureRules.harmful_score,
              cache_dir: Path | None = None) -> list[tuple[str, Path]]:
     """Draw every figure (or copy it from ``cache_dir``, drawn before from the same inputs:
     figure_cache.py); one that fails on unforeseen data becomes a placeholder saying so (and a
@@ -171,16 +178,18 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
     # name -> (the inputs it is drawn from, the drawing): the inputs key the figure cache
     paper = ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
              "family_turn_trends", "ranking_comparison", "oracle_vs_bc")
+    def fg():
+        return _figure_modules()[0]
+
     draw = {
         "utility_vs_harm.png": ((data.summary, harmful_score),
-                                lambda p: fg.utility_vs_harm(data.summary, p, harmful_score)),
+                                lambda p: fg().utility_vs_harm(data.summary, p, harmful_score)),
         "turn_trends.png": ((data.turns, data.cumulative),
-                            lambda p: fg.turn_trends(data.turns, data.cumulative, p)),
+                            lambda p: fg().turn_trends(data.turns, data.cumulative, p)),
+        **{f"{k}.png": (stat_by_key(stats, k), lambda p, k=k: getattr(fg(), k)(stat_by_key(stats, k), p))
+           for k in ("redundancy_per_target", "move_effects", "turn1_bins")},
         **{f"{k}.png": (stat_by_key(stats, k),
-                        lambda p, k=k, f=f: f(stat_by_key(stats, k), p))
-           for k, f in (("redundancy_per_target", fg.redundancy_per_target),
-                        ("move_effects", fg.move_effects), ("turn1_bins", fg.turn1_bins))},
-        **{f"{k}.png": (stat_by_key(stats, k), lambda p, k=k: getattr(fp, k)(stat_by_key(stats, k), p))
+                        lambda p, k=k: getattr(_figure_modules()[1], k)(stat_by_key(stats, k), p))
            for k in paper},
         "checklist_sizes.png": (_section(data, "construction"),
                                 lambda p: construction.figure(_section(data, "construction"), p)),
@@ -199,7 +208,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
             import matplotlib.pyplot as plt
 
             plt.close("all")
-            out.append((caption, fg._empty(path, caption, f"{FIGURE_FAILED}: {why}")))
+            out.append((caption, fg()._empty(path, caption, f"{FIGURE_FAILED}: {why}")))
     return out
 
 
@@ -220,7 +229,10 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     with wh.connect(read_only=True):  # one attachment for the ~90 reads (each alone ~8 ms)
         data = load(wh, run_id)
     rules = rules or fm.FailureRules()
-    rep = Report(data=data, stats=build_stats(data, rules),
+    final = cfg.home_path / "reports" / str(data.run["run_id"])
+    stats = stats_once(final.parent / ".stats", data, rules, lambda: build_stats(data, rules),
+                       lambda out: any(ANALYSIS_FAILED in (s.note or "") for s in out))
+    rep = Report(data=data, stats=stats,
                  rule_lines=rules.describe() + _condition_rule(data.names))
     try:
         rep.table2 = pa.table2(data.summary, data.conv)
@@ -228,7 +240,6 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
         log.exception("report Table 2 harm means failed")
         rep.problems.append("Table 2's harm means could not be computed; the view's columns are shown.")
     _store_ci(wh, rep.stats, data.run["run_id"], rep.problems)
-    final = cfg.home_path / "reports" / str(data.run["run_id"])
     with atomic_folder(final) as tmp:
         rep.figures = _figures(data, rep.stats, tmp, rep.problems, rules.harmful_score,
                                cache_dir=final.parent / ".figures")

@@ -1,0 +1,74 @@
+"""The report's statistics computed once per input, as its figures are (figure_cache.py): a
+rerun whose data did not change reads them back instead of fitting the mixed models and
+bootstrapping the intervals again, and so never imports scipy or statsmodels.
+
+The key hashes everything the statistics are computed from: the report's data without its run
+row (every table without its row order, floats to 9 decimals, as for the figures; the run's
+config and cost lines included), the failure rules, the source of every module of the
+``tasks`` package and the versions of the numerical libraries. A change to any of them is a
+new key, so a kept statistic is never read for other inputs. A set that holds a statistic
+that failed ("Not computed" after an error) is never kept: the next report tries again. Kept
+under ``<home>/reports/.stats/``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import pickle
+from pathlib import Path
+
+from tasks.report.figure_cache import canonical
+
+log = logging.getLogger(__name__)
+
+_LIBRARIES = ("numpy", "pandas", "scipy", "statsmodels")
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version() -> str:
+    from importlib.metadata import version
+
+    h = hashlib.sha256(" ".join(f"{n} {version(n)}" for n in _LIBRARIES).encode())
+    package = Path(__file__).resolve().parents[1]  # tasks/: analyses read its tables' helpers
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def stats_key(data, rules) -> str | None:
+    """The key of the statistics of ``data`` (a ReportData) under ``rules``; None: not keyable."""
+    fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(data) if f.name != "run"}
+    try:
+        blob = pickle.dumps((canonical(fields), canonical(rules)), protocol=4)
+    except Exception:  # noqa: BLE001 - an unpicklable input: compute, keep nothing
+        return None
+    return hashlib.sha256(_code_version().encode() + blob).hexdigest()[:32]
+
+
+def stats_once(cache_dir: Path, data, rules, compute, failed) -> list:
+    """``compute()``, or the statistics computed before from the same inputs. ``failed(stats)``
+    says whether a set holds a failed statistic (such a set is not kept)."""
+    key = stats_key(data, rules)
+    if key is None:
+        return compute()
+    kept = cache_dir / f"{key}.pkl"
+    if kept.exists():
+        try:
+            return pickle.loads(kept.read_bytes())
+        except Exception:  # noqa: BLE001 - a torn or foreign file: compute again
+            log.warning("unreadable kept statistics %s: computing them again", kept)
+    stats = compute()
+    if failed(stats):
+        return stats
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(stats, protocol=4))
+        os.replace(tmp, kept)  # whole or not at all, also with two reports at once
+    except OSError:
+        pass  # a read-only reports folder: nothing kept, the report is still whole
+    return stats
