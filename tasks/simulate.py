@@ -296,27 +296,83 @@ async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[Sa
 
 def write_results(warehouse, results: list[ConversationResult]) -> int:
     """Replace each (target, query) slice in ONE transaction: old conversations and turns of
-    the slice go, the new ones land; a reader never sees a half-written conversation."""
+    the slice go, the new ones land; a reader never sees a half-written conversation.
+
+    A slice whose stored rows are already exactly these (a rerun that replayed every call from
+    the cache) is left as it is, so its rows keep the id of the run that wrote them: rewriting
+    would change nothing but ``run_id``, and it was most of a cached rerun's simulation time.
+    Returns the conversations written."""
     if not results:
         return 0
-    from warehouse.schema import Conversation, MoveCheck, Turn
-
-    slices = sorted({(r.row["target"], r.row["query_id"]) for r in results})
-    batches: list[tuple] = []
-    for target, qid in slices:
-        for table in (Turn, MoveCheck):
-            batches.append((table, [], ("conversation_id IN (SELECT conversation_id FROM "
-                                        "conversations WHERE target = ? AND query_id = ?)",
-                                        [target, qid])))
-        batches.append((Conversation, [], ("target = ? AND query_id = ?", [target, qid])))
-    ids = [r.row["conversation_id"] for r in results]
-    for table in (Turn, MoveCheck):
-        batches.append((table, [], (f"conversation_id IN ({', '.join('?' * len(ids))})", ids)))
-    batches.append((Conversation, [r.row for r in results]))
-    batches.append((Turn, [t for r in results for t in r.turns]))
-    batches.append((MoveCheck, [c for r in results for c in r.checks]))
-    warehouse.write_many(batches)
+    with warehouse.connect():  # one attachment for the comparison and the write
+        results = _changed_slices(warehouse, results)
+        if not results:
+            return 0
+        slices = sorted({(r.row["target"], r.row["query_id"]) for r in results})
+        batches: list[tuple] = []
+        for target, qid in slices:
+            for table in ("turns", "move_checks"):
+                batches.append((table, [], ("conversation_id IN (SELECT conversation_id FROM "
+                                            "conversations WHERE target = ? AND query_id = ?)",
+                                            [target, qid])))
+            batches.append(("conversations", [], ("target = ? AND query_id = ?", [target, qid])))
+        ids = [r.row["conversation_id"] for r in results]
+        for table in ("turns", "move_checks"):
+            batches.append((table, [], (f"conversation_id IN ({', '.join('?' * len(ids))})", ids)))
+        batches.append(("conversations", [r.row for r in results]))
+        batches.append(("turns", [t for r in results for t in r.turns]))
+        batches.append(("move_checks", [c for r in results for c in r.checks]))
+        warehouse.write_many(batches)
     return len(results)
+
+
+def _rows_of(warehouse, table: str, where: str, params: list) -> dict:
+    """The column names and the rows (tuples) of ``table`` where ``where`` holds."""
+    with warehouse.connect() as con:
+        cur = con.execute(f"SELECT * FROM {table} WHERE {where}", params)
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    return cols, rows
+
+
+def _changed_slices(warehouse, results: list[ConversationResult]) -> list[ConversationResult]:
+    """The results of the slices whose stored rows differ from them in any column but run_id
+    (conversations, turns and move checks; a stored conversation the new slice lacks counts)."""
+    by_slice: dict[tuple, list[ConversationResult]] = {}
+    for r in results:
+        by_slice.setdefault((r.row["target"], r.row["query_id"]), []).append(r)
+    targets = sorted({t for t, _ in by_slice})
+    queries = sorted({q for _, q in by_slice})
+    in_slices = ("conversation_id IN (SELECT conversation_id FROM conversations WHERE "
+                 "list_contains(?, target) AND list_contains(?, query_id))")
+    stored: dict[tuple, set] = {}
+    owner: dict[str, tuple] = {}
+    cols, rows = _rows_of(warehouse, "conversations",
+                          "list_contains(?, target) AND list_contains(?, query_id)", [targets, queries])
+    conv_cols = [c for c in cols if c != "run_id"]
+    for row in rows:
+        d = dict(zip(cols, row))
+        key = (d["target"], d["query_id"])
+        owner[d["conversation_id"]] = key
+        stored.setdefault(key, set()).add(("c", *(d[c] for c in conv_cols)))
+    child_cols = {}
+    for table, tag in (("turns", "t"), ("move_checks", "m")):
+        cols, rows = _rows_of(warehouse, table, in_slices, [targets, queries])
+        child_cols[tag] = cols
+        for row in rows:
+            d = dict(zip(cols, row))
+            if d["conversation_id"] in owner:
+                stored[owner[d["conversation_id"]]].add((tag, *row))
+    changed = []
+    for key, rs in by_slice.items():
+        new = set()
+        for r in rs:
+            new.add(("c", *(r.row.get(c) for c in conv_cols)))
+            new |= {("t", *(t.get(c) for c in child_cols["t"])) for t in r.turns}
+            new |= {("m", *(m.get(c) for c in child_cols["m"])) for m in r.checks}
+        if new != stored.get(key):
+            changed.extend(rs)
+    return changed
 
 
 async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:

@@ -180,6 +180,30 @@ def test_conversations_turns_sharing_and_zero_request_rerun(cfg_path, llm_server
     turns2 = ctx2.warehouse.query("SELECT * FROM turns ORDER BY conversation_id, position")
     assert turns2 == turns
     assert ctx2.warehouse.count("conversations") == 64
+    # Rows that are already exactly the replay's are not rewritten: they keep run r1's id.
+    runs = ctx2.warehouse.query("SELECT run_id, count(*) AS n FROM conversations GROUP BY run_id")
+    assert runs == [{"run_id": "r1", "n": 64}]
+    # A slice whose stored rows differ (one turn edited, one move check row gone, one error
+    # set) is rewritten whole from the replay, and only that slice: ids of run r3.
+    a, b, c = (convs[i] for i in (0, 20, 40))
+    wh = ctx2.warehouse
+    with wh.connect() as con:
+        con.execute("UPDATE turns SET content = 'edited' WHERE conversation_id = ? AND position = 1",
+                    [a["conversation_id"]])
+        con.execute("UPDATE conversations SET error = 'x' WHERE conversation_id = ?",
+                    [b["conversation_id"]])
+        con.execute("DELETE FROM turns WHERE conversation_id = ? AND position = 2",
+                    [c["conversation_id"]])
+    ctx3 = _ctx(path, run_id="r3")
+    assert _run(ctx3)["conversations"] == {"completed": 64}
+    assert llm_server.counts["total"] == before
+    assert wh.query("SELECT * FROM turns ORDER BY conversation_id, position") == turns
+    rewritten = {(r["target"], r["query_id"]) for r in wh.query(
+        "SELECT target, query_id FROM conversations WHERE run_id = 'r3'")}
+    assert rewritten == {(x["target"], x["query_id"]) for x in (a, b, c)}
+    assert wh.query("SELECT count(*) AS n FROM conversations WHERE run_id = 'r3'")[0]["n"] == \
+        16 * len(rewritten)
+    assert wh.query("SELECT count(*) AS n FROM conversations WHERE error IS NOT NULL")[0]["n"] == 0
 
 
 def test_independent_conversations_when_sharing_is_off(cfg_path, llm_server):
