@@ -22,7 +22,6 @@ from tasks.bench import CARRYON_STAGES, EPISODE_STAGES, condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
 from tasks.roles import optional_roles, stage_roles
 from warehouse import Warehouse
-from warehouse.schema import Run
 
 STAGES = list(CARRYON_STAGES)  # CarryOnBench's; a config's spec gives its own (cfg.spec.stages)
 
@@ -239,7 +238,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
     run_id = new_run_id(cfg)
     mark_interrupted(wh, run_id)  # rows left 'running' by a process that is gone
-    wh.write_many([(Run, [{
+    wh.write_many([("runs", [{
         "run_id": run_id, "config_path": str(config_path), "config_hash": cfg.config_hash(),
         "config_json": json.dumps(cfg.model_dump(mode="json"), sort_keys=True),
         "git_rev": git_revision(), "packages": json.dumps(package_versions()), "seed": cfg.seed,
@@ -263,7 +262,7 @@ def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:
     row = ctx.warehouse.query("SELECT * FROM runs WHERE run_id = ?", [ctx.run_id])[0]
     row.update(finished=dt.datetime.now(dt.timezone.utc), status=status, error=error,
                requests=requests, cache_hits=hits)
-    ctx.warehouse.write(Run, [row])
+    ctx.warehouse.write("runs", [row])
     _RUNS.pop(ctx.run_id, None)
 
 
@@ -339,5 +338,5 @@ def mark_interrupted(wh: Warehouse, found_by: str, now: dt.datetime | None = Non
                  error=(f"interrupted: found by run {found_by} at {now.isoformat(timespec='seconds')}; "
                         f"the process (pid {r['pid']} on host {r['host']}) is gone"))
     if dead:
-        wh.write(Run, dead)
+        wh.write("runs", dead)
     return [r["run_id"] for r in dead]

@@ -76,3 +76,27 @@ def test_unwritable_home_is_a_clear_error(tmp_path):
     with pytest.raises(WarehouseError, match=r"file/sub: cannot create the home folder: Not a directory"):
         Warehouse(blocker / "sub" / "w.duckdb").init()
     assert blocker.read_text() == "x"  # nothing written over it
+
+
+def test_shipped_schema_is_the_models_rendered():
+    """schema.json (what the warehouse creates and migrates from) is the SQLModel classes
+    rendered now: a table changed without `python -m warehouse.schema_file` fails here."""
+    from warehouse import schema_file
+
+    assert schema_file.render() == schema_file.load(), \
+        "warehouse/schema.json is out of date: run `python -m warehouse.schema_file`"
+
+
+def test_a_command_starts_without_sqlalchemy():
+    """The CLI and the flow import without sqlalchemy/sqlmodel (about 0.5 s of every start):
+    the warehouse reads its shipped schema and the run writes by table name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, flows.cli, flows.carryon\n"
+            "print(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'warehouse.schema', 'litellm') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip().splitlines()[-1] == "[]"

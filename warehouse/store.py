@@ -1,8 +1,10 @@
 """The warehouse: one DuckDB file at ``<home>/warehouse.duckdb``.
 
-SQLModel classes (``warehouse.schema``) define the tables; rows are written in bulk through
-DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one transaction, with
-``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather than duplicates.
+SQLModel classes (``warehouse.schema``) define the tables, shipped rendered as ``schema.json``
+(warehouse/schema_file.py: reading it spares every command sqlalchemy's imports); rows are
+written in bulk through DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one
+transaction, with ``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather
+than duplicates.
 Metric views live in ``views.sql`` (CarryOnBench), ``views_engine.sql`` (the episode engine)
 and ``views_<benchmark>.sql`` (each sister benchmark) beside this file, so ad-hoc SQL and the
 report read the same numbers.
@@ -20,10 +22,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from sqlalchemy.schema import CreateIndex, CreateTable
-from sqlmodel import SQLModel
 
-import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
+from warehouse.schema_file import load as shipped_schema
 
 VIEWS_SQL = Path(__file__).with_name("views.sql")
 
@@ -109,8 +109,9 @@ class Warehouse:
         except OSError as e:
             raise WarehouseError(f"{self.path.parent}: cannot create the home folder: {e.strerror}") from None
         with self._lock, self.connect() as con:
-            # DDL rendered from the SQLModel classes and run on our own connection, so the
-            # cross-process lock is taken (and waited for) like every other operation.
+            # The DDL rendered from the SQLModel classes (schema.json), run on our own
+            # connection, so the cross-process lock is taken (and waited for) like every
+            # other operation.
             con.execute("BEGIN TRANSACTION")
             try:
                 for ddl in _ddl():
@@ -188,15 +189,8 @@ def on_init(hook) -> None:
 
 
 def _ddl() -> list[str]:
-    """CREATE TABLE / INDEX IF NOT EXISTS for every SQLModel table, in DuckDB's dialect."""
-    from duckdb_engine import Dialect
-
-    dialect = Dialect()
-    out = []
-    for table in SQLModel.metadata.sorted_tables:
-        out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
-        out += [str(CreateIndex(ix, if_not_exists=True).compile(dialect=dialect)) for ix in table.indexes]
-    return out
+    """CREATE TABLE / INDEX IF NOT EXISTS for every table, in DuckDB's dialect."""
+    return list(shipped_schema()["ddl"])
 
 
 def _add_missing_columns(con) -> list[str]:
@@ -206,37 +200,28 @@ def _add_missing_columns(con) -> list[str]:
     default), so a warehouse written by an older version gains them as NULL and keeps every
     row. A column that changed type or a new primary-key column would need more and fails
     loudly instead (the ALTER raises)."""
-    from duckdb_engine import Dialect
-
-    dialect = Dialect()
     have: dict[str, set[str]] = {}
     for t, c in con.execute("SELECT table_name, column_name FROM information_schema.columns "
                             "WHERE table_catalog = current_database()").fetchall():
         have.setdefault(t, set()).add(c)
     out = []
-    for table in SQLModel.metadata.sorted_tables:
-        if table.name not in have:
+    for name, table in shipped_schema()["tables"].items():
+        if name not in have:
             continue
-        for col in table.columns:
-            if col.name in have[table.name]:
+        for col in table["columns"]:
+            if col["name"] in have[name]:
                 continue
-            if col.primary_key or (not col.nullable and col.default is None):
-                raise WarehouseError(f"table {table.name}: new column {col.name} is required; "
+            if col["required"]:
+                raise WarehouseError(f"table {name}: new column {col['name']} is required; "
                                      "this warehouse was written by an older version and cannot "
                                      "be migrated in place (start a new home or merge into one)")
-            ctype = col.type.compile(dialect=dialect)
-            out.append(f'ALTER TABLE "{table.name}" ADD COLUMN IF NOT EXISTS "{col.name}" {ctype}')
+            out.append(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "{col["name"]}" {col["type"]}')
     return out
 
 
-_PK_CACHE: dict[str, list[str]] = {}
-
-
 def _primary_key(con, name: str) -> list[str]:
-    if name not in _PK_CACHE:
-        table = SQLModel.metadata.tables.get(name)
-        _PK_CACHE[name] = [c.name for c in table.primary_key.columns] if table is not None else []
-    return _PK_CACHE[name]
+    table = shipped_schema()["tables"].get(name)
+    return table["primary_key"] if table is not None else []
 
 
 def _dedupe(con, name: str, rows: list[dict]) -> list[dict]:

@@ -129,12 +129,11 @@ def table2_ci(conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED,
 
 def store(wh, stat: Stat, run_id: str | None = None) -> int:
     """Replace the ``table2_ci`` table's rows with the Stat's (one transaction)."""
-    from warehouse.schema import Table2CI
 
     rows = [] if stat.table is None else [
         {**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()},
          "n_boot": stat.extra["n_boot"], "seed": stat.extra["seed"], "level": stat.extra["level"],
          "run_id": run_id, "created": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)}
         for r in stat.table.to_dict("records")]
-    wh.write_many([(Table2CI, rows, ("true", []))])
+    wh.write_many([("table2_ci", rows, ("true", []))])
     return len(rows)
