@@ -21,6 +21,7 @@ class Conversation(SQLModel, table=True):
     error: str | None = None  # "<error_kind>: <message>" of the call that ended it
     error_call_hash: str | None = None  # that call's hash (its provenance is in llm_calls)
     n_turns: int | None = None  # turns stored (both sides); == length only when completed
+    # The run that wrote the slice; a later run that reproduced it exactly leaves it as it is.
     run_id: str | None = None
     # The move checker: True = a user turn still failed after its resamples; False = every
     # checked turn passed; NULL = no move checker configured (or nothing to check).
