@@ -26,6 +26,7 @@ class _Data:  # the shape of ReportData that matters here: a run row and tables
     run: dict
     conv: pd.DataFrame
     config: dict
+    extra: dict = dataclasses.field(default_factory=dict)
 
 
 def _compute(calls: list, data: _Data):
@@ -57,6 +58,20 @@ def test_stats_are_computed_once_per_input(tmp_path):
     stats_once(cache, other_cfg, FailureRules(), _compute(calls, other_cfg), _never_failed)
     stats_once(cache, data, FailureRules(harmful_score=5), _compute(calls, data), _never_failed)
     assert len(calls) == 4 and len(list(cache.glob("*.pkl"))) == 4
+    # A section left out of the key (the cost lines: this run's requests) changes nothing;
+    # any other section does.
+    costly = _Data({"run_id": "r4"}, conv, {"seed": 0}, {"cost": {"requests_this_run": 6882}})
+    cached = _Data({"run_id": "r5"}, conv, {"seed": 0}, {"cost": {"requests_this_run": 0}})
+    for d in (costly, cached):  # both read back the first run's entry (no other section)
+        stats_once(cache, d, FailureRules(), _compute(calls, d), _never_failed, leave_out=("cost",))
+    assert len(calls) == 4
+    judged = _Data({"run_id": "r5"}, conv, {"seed": 0}, {"cost": {}, "judging": {"n": 1}})
+    stats_once(cache, judged, FailureRules(), _compute(calls, judged), _never_failed,
+               leave_out=("cost",))
+    assert len(calls) == 5
+    # Not left out, the cost lines are inputs like any other.
+    stats_once(cache, costly, FailureRules(), _compute(calls, costly), _never_failed)
+    assert len(calls) == 6
 
 
 def test_a_failed_statistic_is_never_kept_and_a_torn_file_is_recomputed(tmp_path):
@@ -82,6 +97,16 @@ def test_a_rerun_report_reads_its_statistics_back_without_the_numerical_stack(tm
     cfg = load_config(cfg_path)
     wh, run_id = build_synthetic(cfg.home_path)
     folder = write_report(cfg, None)
+    assert len(list((folder.parent / ".stats").glob("*.pkl"))) == 1
+    # The rerun is another run (its own id, none of the first run's requests): the report of
+    # the latest run, which reads every table as the first did.
+    import datetime as dt
+
+    run = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])[0]
+    wh.write("runs", [{**run, "run_id": run_id + "-rerun",
+                       "started": run["started"] + dt.timedelta(hours=1)}])
+    folder = write_report(cfg, None)
+    assert folder.name == run_id + "-rerun"
     first = (folder / "report.md").read_text()
     assert len(list((folder.parent / ".stats").glob("*.pkl"))) == 1
     code = ("import sys\n"

@@ -3,10 +3,12 @@ rerun whose data did not change reads them back instead of fitting the mixed mod
 bootstrapping the intervals again, and so never imports scipy or statsmodels.
 
 The key hashes everything the statistics are computed from: the report's data without its run
-row (every table without its row order, floats to 9 decimals, as for the figures; the run's
-config and cost lines included), the failure rules, the source of every module of the
+row and its cost section (every table without its row order, floats to 9 decimals, as for the
+figures; the run's config included), the failure rules, the source of every module of the
 ``tasks`` package and the versions of the numerical libraries. A change to any of them is a
-new key, so a kept statistic is never read for other inputs. A set that holds a statistic
+new key, so a kept statistic is never read for other inputs. The cost section counts this
+run's requests, so a rerun changes it: its statistic is computed on every report (it is cheap)
+and is not in the kept set. A set that holds a statistic
 that failed ("Not computed" after an error) is never kept: the next report tries again. Kept
 under ``<home>/reports/.stats/``."""
 
@@ -39,9 +41,13 @@ def _code_version() -> str:
     return h.hexdigest()
 
 
-def stats_key(data, rules) -> str | None:
-    """The key of the statistics of ``data`` (a ReportData) under ``rules``; None: not keyable."""
+def stats_key(data, rules, leave_out: tuple[str, ...] = ()) -> str | None:
+    """The key of the statistics of ``data`` (a ReportData) under ``rules``, without the
+    sections of ``data.extra`` named in ``leave_out`` (those the kept statistics do not read);
+    None: not keyable."""
     fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(data) if f.name != "run"}
+    if leave_out and isinstance(fields.get("extra"), dict):
+        fields["extra"] = {k: v for k, v in fields["extra"].items() if k not in leave_out}
     try:
         blob = pickle.dumps((canonical(fields), canonical(rules)), protocol=4)
     except Exception:  # noqa: BLE001 - an unpicklable input: compute, keep nothing
@@ -49,10 +55,12 @@ def stats_key(data, rules) -> str | None:
     return hashlib.sha256(_code_version().encode() + blob).hexdigest()[:32]
 
 
-def stats_once(cache_dir: Path, data, rules, compute, failed) -> list:
+def stats_once(cache_dir: Path, data, rules, compute, failed,
+               leave_out: tuple[str, ...] = ()) -> list:
     """``compute()``, or the statistics computed before from the same inputs. ``failed(stats)``
-    says whether a set holds a failed statistic (such a set is not kept)."""
-    key = stats_key(data, rules)
+    says whether a set holds a failed statistic (such a set is not kept); ``leave_out``: as for
+    ``stats_key`` (``compute`` must not read those sections)."""
+    key = stats_key(data, rules, leave_out)
     if key is None:
         return compute()
     kept = cache_dir / f"{key}.pkl"

@@ -58,7 +58,14 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def build_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
+def cost_stats(data: ReportData) -> list[an.Stat]:
+    # Apart from the kept statistics (stats_cache.py): it counts this run's requests, which a
+    # rerun changes, and it computes nothing costly.
+    return _guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE))
+
+
+def analysis_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
+    """Every statistic but the cost section's: the set stats_cache.py keeps."""
     return [
         *_guarded(lambda: an.move_effects(data.turns),
                   ("move_effects", "Move effects (deviation from each target's mean follow-up turn)")),
@@ -100,7 +107,6 @@ def build_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
                   ("evidence_check", "Ben-Util evidence check per judge"),
                   ("blocked_turns", "Target turns blocked by the provider, per target"),
                   ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
-        *_guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE)),
     ]
 
 
@@ -230,9 +236,10 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
         data = load(wh, run_id)
     rules = rules or fm.FailureRules()
     final = cfg.home_path / "reports" / str(data.run["run_id"])
-    stats = stats_once(final.parent / ".stats", data, rules, lambda: build_stats(data, rules),
-                       lambda out: any(ANALYSIS_FAILED in (s.note or "") for s in out))
-    rep = Report(data=data, stats=stats,
+    stats = stats_once(final.parent / ".stats", data, rules, lambda: analysis_stats(data, rules),
+                       lambda out: any(ANALYSIS_FAILED in (s.note or "") for s in out),
+                       leave_out=("cost",))
+    rep = Report(data=data, stats=[*stats, *cost_stats(data)],
                  rule_lines=rules.describe() + _condition_rule(data.names))
     try:
         rep.table2 = pa.table2(data.summary, data.conv)
