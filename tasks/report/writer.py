@@ -184,6 +184,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
     # name -> (the inputs it is drawn from, the drawing): the inputs key the figure cache
     paper = ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
              "family_turn_trends", "ranking_comparison", "oracle_vs_bc")
+
     def fg():
         return _figure_modules()[0]
 
