@@ -326,7 +326,7 @@ def write_results(warehouse, results: list[ConversationResult]) -> int:
     return len(results)
 
 
-def _rows_of(warehouse, table: str, where: str, params: list) -> dict:
+def _rows_of(warehouse, table: str, where: str, params: list) -> tuple[list[str], list[tuple]]:
     """The column names and the rows (tuples) of ``table`` where ``where`` holds."""
     with warehouse.connect() as con:
         cur = con.execute(f"SELECT * FROM {table} WHERE {where}", params)

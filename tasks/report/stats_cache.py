@@ -8,9 +8,8 @@ figures; the run's config included), the failure rules, the source of every modu
 ``tasks`` package and the versions of the numerical libraries. A change to any of them is a
 new key, so a kept statistic is never read for other inputs. The cost section counts this
 run's requests, so a rerun changes it: its statistic is computed on every report (it is cheap)
-and is not in the kept set. A set that holds a statistic
-that failed ("Not computed" after an error) is never kept: the next report tries again. Kept
-under ``<home>/reports/.stats/``."""
+and is not in the kept set. A set that holds a statistic that failed ("Not computed" after an
+error) is never kept: the next report tries again. Kept under ``<home>/reports/.stats/``."""
 
 from __future__ import annotations
 
