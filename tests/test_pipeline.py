@@ -39,10 +39,16 @@ def test_rerun_sends_nothing_and_reproduces_every_number(prefect_harness, llm_se
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     before = snapshot(wh)
     assert before[0] and before[1]  # a model summary and conversations exist
+    reports = tmp_path / "home" / "reports"
+    kept = {d: sorted(p.name for p in (reports / d).iterdir()) for d in (".stats", ".figures")}
+    assert kept[".stats"] and kept[".figures"]
     llm_server.reset()
     second = run_flow(path)
     assert llm_server.counts["total"] == 0 and second["requests"] == 0
     assert snapshot(wh) == before
+    # The rerun's report read back every statistic and figure the first one kept: its own
+    # run's calls (none sent, other counts) are not an input of the kept ones.
+    assert {d: sorted(p.name for p in (reports / d).iterdir()) for d in kept} == kept
     runs = wh.query("SELECT status, requests, cache_hits FROM runs ORDER BY started")
     assert [r["status"] for r in runs] == ["succeeded", "succeeded"]
     assert runs[1]["requests"] == 0 and runs[1]["cache_hits"] > 0

@@ -3,13 +3,15 @@ rerun whose data did not change reads them back instead of fitting the mixed mod
 bootstrapping the intervals again, and so never imports scipy or statsmodels.
 
 The key hashes everything the statistics are computed from: the report's data without its run
-row and its cost section (every table without its row order, floats to 9 decimals, as for the
-figures; the run's config included), the failure rules, the source of every module of the
-``tasks`` package and the versions of the numerical libraries. A change to any of them is a
-new key, so a kept statistic is never read for other inputs. The cost section counts this
-run's requests, so a rerun changes it: its statistic is computed on every report (it is cheap)
-and is not in the kept set. A set that holds a statistic that failed ("Not computed" after an
-error) is never kept: the next report tries again. Kept under ``<home>/reports/.stats/``."""
+row and the sections the caller leaves out (every table without its row order, floats to 9
+decimals, as for the figures; the run's config included), the failure rules, the source of
+every module of the ``tasks`` package and the versions of the numerical libraries. A change to
+any of them is a new key, so a kept statistic is never read for other inputs. The report leaves
+out the sections that count the run's own calls (its requests, reasoning tokens and blocked
+answers: writer.PER_RUN_SECTIONS), which a rerun changes: their statistics are computed on
+every report (they are cheap) and are not in the kept set. A set that holds a statistic that
+failed ("Not computed" after an error) is never kept: the next report tries again.
+Kept under ``<home>/reports/.stats/``."""
 
 from __future__ import annotations
 

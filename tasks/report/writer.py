@@ -58,14 +58,27 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def cost_stats(data: ReportData) -> list[an.Stat]:
-    # Apart from the kept statistics (stats_cache.py): it counts this run's requests, which a
-    # rerun changes, and it computes nothing costly.
-    return _guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE))
+# The sections that count this run's own calls (its requests, its reasoning tokens and blocked
+# answers): a rerun changes them, so the statistics read from them are computed on every
+# report (they are cheap) and are not in the kept set (stats_cache.py), whose key leaves them
+# out. Were they in it, the first rerun after a cold run would miss every time.
+PER_RUN_SECTIONS = ("judging", "cost")
+
+
+def per_run_stats(data: ReportData) -> list[an.Stat]:
+    """The statistics of PER_RUN_SECTIONS, computed on every report."""
+    return [
+        *_guarded(lambda: judging.stats(_section(data, "judging")),
+                  ("target_coverage", "Coverage beside utility: scored share of item judgments per target (%)"),
+                  ("evidence_check", "Ben-Util evidence check per judge"),
+                  ("blocked_turns", "Target turns blocked by the provider, per target"),
+                  ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
+        *_guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE)),
+    ]
 
 
 def analysis_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
-    """Every statistic but the cost section's: the set stats_cache.py keeps."""
+    """Every statistic but those of PER_RUN_SECTIONS: the set stats_cache.py keeps."""
     return [
         *_guarded(lambda: an.move_effects(data.turns),
                   ("move_effects", "Move effects (deviation from each target's mean follow-up turn)")),
@@ -102,11 +115,6 @@ def analysis_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
         *_guarded(lambda: fidelity.stats(_section(data, "fidelity")),
                   ("move_fidelity", "Move fidelity (move checker)"),
                   ("move_check_flagged", "Conversations flagged by the move checker")),
-        *_guarded(lambda: judging.stats(_section(data, "judging")),
-                  ("target_coverage", "Coverage beside utility: scored share of item judgments per target (%)"),
-                  ("evidence_check", "Ben-Util evidence check per judge"),
-                  ("blocked_turns", "Target turns blocked by the provider, per target"),
-                  ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
     ]
 
 
@@ -239,8 +247,8 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     final = cfg.home_path / "reports" / str(data.run["run_id"])
     stats = stats_once(final.parent / ".stats", data, rules, lambda: analysis_stats(data, rules),
                        lambda out: any(ANALYSIS_FAILED in (s.note or "") for s in out),
-                       leave_out=("cost",))
-    rep = Report(data=data, stats=[*stats, *cost_stats(data)],
+                       leave_out=PER_RUN_SECTIONS)
+    rep = Report(data=data, stats=[*stats, *per_run_stats(data)],
                  rule_lines=rules.describe() + _condition_rule(data.names))
     try:
         rep.table2 = pa.table2(data.summary, data.conv)
