@@ -18,7 +18,9 @@ Against the loopback test server (its own process) at 50 ms latency:
    runs), whose wall time less its fixed cost is set against the same replay.
 3. **Reruns**: the warm rerun's flow time ÷ the cold flow's, in this process and as a user
    reruns (``carryon run`` again, a fresh process: its flow then also imports what the stages
-   load lazily, the report's libraries among them); the fixed cost a user pays before
+   load lazily, the report's libraries among them). A rerun skips the model stages whose
+   inputs are unchanged (tasks/stage_memo.py); the in-process rerun is also timed with
+   ``replay=True``, every stage replayed from the cache, beside it. The fixed cost a user pays before
    the first stage: imports (a fresh process), the temporary Prefect server's start, and with
    a long-lived server configured (``PREFECT_API_URL``) nothing but the imports.
 4. **Two shards, one provider limit**: ``benchmarks/shard_limits.py``: two shard processes
@@ -230,11 +232,20 @@ async def pipeline_figures(tmp: Path, base: str, api_base: str, args) -> dict:
                "share_llm_stages": round(bare_s / cold["llm_stages_s"], 3),
                "share_full_flow": round(bare_s / cold["wall_s"], 3)}
         if workers == "auto":
+            # The rerun as it runs by default (unchanged model stages skipped), then with
+            # --replay (every stage replayed from the cache), as before the stage memos.
             warm = await run_pipeline(path, base)
             row |= {"warm_flow_s": round(warm["wall_s"], 2),
                     "warm_requests": warm["requests_server"],
                     "warm_vs_cold": round(warm["wall_s"] / cold["wall_s"], 4),
-                    "warm_stages_s": {k: round(v, 2) for k, v in warm["stages_s"].items()}}
+                    "warm_stages_s": {k: round(v, 2) for k, v in warm["stages_s"].items()},
+                    "warm_skipped": sorted(s for s, v in warm["summary"]["stages"].items()
+                                           if isinstance(v, dict) and v.get("unchanged_since"))}
+            replayed = await run_pipeline(path, base, replay=True)
+            row |= {"replay_flow_s": round(replayed["wall_s"], 2),
+                    "replay_requests": replayed["requests_server"],
+                    "replay_vs_cold": round(replayed["wall_s"] / cold["wall_s"], 4),
+                    "replay_stages_s": {k: round(v, 2) for k, v in replayed["stages_s"].items()}}
             # The same config as a user runs it: a fresh `carryon run` process, cold.
             fresh = _config(tmp, "pipe-fresh", api_base, args, "auto")
             control(base, "/_reset", {})
@@ -351,7 +362,11 @@ def print_pipeline(out: dict, args) -> None:
               f"{r['share_full_flow']:.0%} | {r['stages_s']} |")
     r = out["pipeline"]["workers=auto"]
     print(f"\nwarm rerun: {r['warm_flow_s']} s = {r['warm_vs_cold']:.1%} of the cold flow "
-          f"({r['cold_flow_s']} s), {r['warm_requests']} requests; stages {r['warm_stages_s']}")
+          f"({r['cold_flow_s']} s), {r['warm_requests']} requests; skipped as unchanged: "
+          f"{r['warm_skipped']}; stages run {r['warm_stages_s']}")
+    print(f"warm rerun with --replay (every stage replayed from the cache): {r['replay_flow_s']} s "
+          f"= {r['replay_vs_cold']:.1%} of the cold flow, {r['replay_requests']} requests; "
+          f"stages {r['replay_stages_s']}")
     print(f"fresh `carryon run` process, cold: {r['fresh_cli_s']} s wall for "
           f"{r['fresh_cli_requests']} requests (bare replay of the same calls: {r['bare_replay_s']} s)")
     print(f"fresh `carryon run` process, warm (a user's rerun): {r['fresh_warm_cli_s']} s wall, "

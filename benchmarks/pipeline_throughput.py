@@ -162,8 +162,10 @@ class StageTimer:
         self.fc.STAGE_FLOWS.update(self.orig)
 
 
-async def run_pipeline(config_path: Path, base: str, recorder: CallRecorder | None = None) -> dict:
-    """One in-process flow run; returns wall and CPU times, server request count, summary."""
+async def run_pipeline(config_path: Path, base: str, recorder: CallRecorder | None = None,
+                       replay: bool = False) -> dict:
+    """One in-process flow run; returns wall and CPU times, server request count, summary.
+    ``replay``: run every stage, also those a rerun would skip as unchanged."""
     from flows.carryon import carryon
 
     control(base, "/_reset", {})
@@ -172,7 +174,7 @@ async def run_pipeline(config_path: Path, base: str, recorder: CallRecorder | No
     c0, t0 = time.process_time(), time.perf_counter()
     try:
         with contextlib.redirect_stderr(stderr):
-            summary = await carryon(config=str(config_path))
+            summary = await carryon(config=str(config_path), replay=replay)
     finally:
         timer.restore()
         if recorder is not None:

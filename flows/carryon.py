@@ -2,7 +2,9 @@
 
 The flow takes only plain parameters (a config path, stage names, a limit, a shard) so
 nothing secret or unserialisable reaches Prefect. Stages run in pipeline order; each one
-reads its inputs from the warehouse, so any suffix of the pipeline can run on its own.
+reads its inputs from the warehouse, so any suffix of the pipeline can run on its own. A model
+stage whose inputs are unchanged since it last ran whole is skipped (its summary says
+``unchanged_since``; tasks/stage_memo.py), unless the run asks for ``replay``.
 
 A stage that had work and did none of it because its model calls failed raises
 ``StageFailed`` (tasks/stage_errors.py): the run is recorded as failed with that one-line
@@ -21,8 +23,10 @@ from flows.judge import judge_flow
 from flows.report import republish_report, report_flow
 from flows.simulate import simulate_flow
 from flows.verdicts import verdicts_flow
+from tasks.data import run_queries
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
+from tasks.stage_memo import OUTPUTS, StageMemo
 
 __all__ = ["STAGE_FLOWS", "StageFailed", "carryon"]
 
@@ -69,23 +73,37 @@ async def _release_limits(ctx) -> None:
 
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
-                  shard_index: int = 0, shard_count: int = 1) -> dict:
+                  shard_index: int = 0, shard_count: int = 1, replay: bool = False) -> dict:
+    """``replay``: run every stage, also those whose inputs are unchanged since they last ran
+    whole (tasks/stage_memo.py; by default those are skipped, their rows already stored)."""
     # One synchronous Prefect client for the whole run: the stages' progress and report
     # artifacts are sync calls, and each would otherwise build its own client (~50 ms, most
     # of it loading TLS certificates, even for an http:// API).
     with SyncClientContext.get_or_create():
-        return await _carryon(config, stages, limit, shard_index, shard_count)
+        return await _carryon(config, stages, limit, shard_index, shard_count, replay)
 
 
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
-                   shard_count: int) -> dict:
+                   shard_count: int, replay: bool) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
                      "home": str(ctx.home), "stages": {}}
+    queries = None
     try:
         for stage in ctx.stages:
+            memo = None
+            if stage in OUTPUTS:  # a replay records its memo too (its rows are new)
+                if queries is None:
+                    queries = run_queries(ctx)
+                memo = StageMemo.open(ctx, stage, queries)
+                kept = None if replay else memo.skipped()
+                if kept is not None:  # inputs unchanged: a replay would write the same rows
+                    summary["stages"][stage] = kept
+                    continue
             summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
             ctx.flush_calls()
+            if memo is not None:
+                memo.record(summary["stages"][stage])
     except BaseException as e:
         await _release_limits(ctx)
         finish_run(ctx, "failed", _error_line(e))

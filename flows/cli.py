@@ -81,7 +81,10 @@ def run(config: str = ConfigOpt,
         stages: str = typer.Option("all", help="Comma-separated: checklists,simulate,judge,report."),
         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
         shard_index: int = typer.Option(0, help="This worker's shard (0-based)."),
-        shard_count: int = typer.Option(1, help="How many shards split the queries.")):
+        shard_count: int = typer.Option(1, help="How many shards split the queries."),
+        replay: bool = typer.Option(False, "--replay", help=(
+            "Run every stage, also a model stage whose inputs are unchanged since it last ran "
+            "whole (skipped by default: its rows are already stored)."))):
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     import asyncio
 
@@ -113,7 +116,8 @@ def run(config: str = ConfigOpt,
         if server:
             server.wait_ready()
         summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
-                                      shard_index=shard_index, shard_count=shard_count))
+                                      shard_index=shard_index, shard_count=shard_count,
+                                      replay=replay))
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))

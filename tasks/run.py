@@ -254,7 +254,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
 
 def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:
     ctx.flush_calls()
-    requests = hits = None
+    requests = hits = 0  # no gateway opened (every model stage skipped or none selected): none
     if ctx._gateway is not None:
         requests = sum(s.requests for s in ctx._gateway.stats.values())
         hits = sum(s.hits for s in ctx._gateway.stats.values())

@@ -329,9 +329,14 @@ def test_checklists_flow_and_rerun(prefect_harness, write_config, llm_server):
     assert st["queries"] == 2 and st["checklists"] == 2 and st["items_per_query"]["min"] >= 1
     sent = llm_server.counts["total"]
     assert summary["requests"] == sent > 0
-    again = asyncio.run(carryon(config=str(path), stages="checklists"))
+    # Replayed from the cache: the same statistics, nothing sent.
+    again = asyncio.run(carryon(config=str(path), stages="checklists", replay=True))
     assert llm_server.counts["total"] == sent and again["requests"] == 0
     assert again["stages"]["checklists"] == st
+    # By default the unchanged stage is skipped, and says so (tasks/stage_memo.py).
+    skipped = asyncio.run(carryon(config=str(path), stages="checklists"))
+    assert llm_server.counts["total"] == sent
+    assert skipped["stages"]["checklists"] == {**st, "unchanged_since": again["run_id"]}
 
 
 # ----- compliant answers: refusals are dropped like harmful answers (both guard modes) ----------------

@@ -8,6 +8,8 @@ non-empty answers are ever stored (the gateway decides). A corrupt entry reads a
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 from collections import Counter
 from pathlib import Path
 
@@ -20,8 +22,34 @@ class CacheError(Exception):
     pass
 
 
+# A token that changes whenever entries are deleted (and with a new folder): a stage skipped
+# because its inputs are unchanged (tasks/stage_memo.py) relies on its answers still being
+# here, so its fingerprint holds this token.
+GENERATION_FILE = "carryon-generation"
+
+
+def generation(directory: Path) -> str:
+    """The cache folder's generation token, created with a new folder (read without opening
+    the cache: a run whose stages are all skipped never opens it)."""
+    path = Path(directory) / GENERATION_FILE
+    try:
+        return path.read_text(encoding="utf-8").strip() or _new_generation(path)
+    except FileNotFoundError:
+        return _new_generation(path)
+
+
+def _new_generation(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(token, encoding="utf-8")
+    os.replace(tmp, path)  # whole or not at all
+    return token
+
+
 class ResponseCache:
     def __init__(self, directory: Path):
+        self.directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             # eviction_policy none: a benchmark cache must never drop answers on its own.
@@ -69,6 +97,8 @@ class ResponseCache:
                   and (keep is None or k not in keep)]
         for k in doomed:
             self._c.delete(k, retry=True)
+        if doomed:  # answers are gone: no stage may be skipped on the strength of them
+            _new_generation(self.directory / GENERATION_FILE)
         return len(doomed)
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from warehouse.schema.engine import BenchCondition, BenchItem, Episode, EpisodeT
 from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
-from warehouse.schema.platform import LLMBatch, LLMCall, Run
+from warehouse.schema.platform import LLMBatch, LLMCall, Run, StageMemo
 from warehouse.schema.report import Table2CI
 from warehouse.schema.simulation import Conversation, MoveCheck, Turn
 from warehouse.schema.validation import (
@@ -20,6 +20,6 @@ __all__ = [
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMBatch", "LLMCall",
-    "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "Table2CI", "Turn",
+    "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "StageMemo", "Table2CI", "Turn",
     "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]

@@ -72,3 +72,19 @@ class LLMBatch(SQLModel, table=True):
     error_file_id: str | None = None
     submitted: dt.datetime
     finished: dt.datetime | None = None
+
+
+class StageMemo(SQLModel, table=True):
+    """A stage that ran whole (no failed call), keyed by a fingerprint of all its inputs: the
+    project's source, the resolved config, the run's queries, the response cache's generation
+    and the tables of the earlier stages (tasks/stage_memo.py). A rerun that meets the same
+    fingerprint, and finds the stage's own tables as this row left them, skips the stage: a
+    replay from the cache would write exactly those rows again."""
+
+    __tablename__ = "stage_memos"
+    fingerprint: str = Field(primary_key=True)
+    stage: str
+    outputs: str  # JSON {table: [rows, sum of row hashes]} of the stage's tables after it ran
+    summary: str  # JSON: the stage's summary, returned again when it is skipped
+    run_id: str
+    created: dt.datetime

@@ -1,0 +1,168 @@
+"""Stage memos: a rerun skips a stage whose inputs are unchanged since it last ran whole.
+
+A fully cached rerun replays every call of every stage from the response cache and finds each
+row it would write already stored; on this machine that took most of a warm rerun's time
+(thousands of cache reads, prompt renders, the stage's Prefect subflow and tasks). A stage
+memo says the same thing without the replay: "this stage, on exactly these inputs, wrote
+exactly these rows". Kept in the warehouse table ``stage_memos``.
+
+The fingerprint of a stage holds everything a replay's calls and rows are computed from:
+
+- the project's source (every file of ``tasks/``, ``flows/``, ``warehouse/`` and the prompt
+  templates) and the versions of the libraries that parse and render (pydantic, jinja2, ...);
+- the resolved config: the config document, every role's resolved model entry (the
+  environment's ``CARRYON_API_BASE`` included), the home and cache folders;
+- the run's queries (dataset, limit and shard applied), in full;
+- the response cache's generation token (tasks/gateway/cache.py), which changes when entries
+  are deleted or the folder is new: a skip relies on the stage's answers still being there;
+- the tables of the earlier stages (and the shared ``bench_conditions``), as a row count and
+  an order-free sum of DuckDB row hashes per table.
+
+A memo is written only when the stage returned (no StageFailed) and none of its calls failed
+(failed calls are not cached, so a rerun must try them again). A rerun skips the stage when a
+memo with its fingerprint exists and the stage's own tables still hash as the memo recorded
+(rows deleted or edited by hand: the stage runs). Anything else runs the stage as before, so
+a skip is never required for correctness; editing any source file, for instance, replays
+every stage once. ``carryon run --replay`` (or ``replay=True``) runs every stage regardless.
+
+Only the stages listed in OUTPUTS keep memos (CarryOnBench's three model stages); the report
+always runs, and the episode engine's stages (sister benchmarks) always run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+# The tables each memoised stage writes, in pipeline order. A stage's inputs are the tables of
+# every stage before it here, plus SHARED.
+OUTPUTS: dict[str, tuple[str, ...]] = {
+    "checklists": ("queries", "intents", "ensemble_answers", "guard_verdicts",
+                   "decomposed_items", "merged_items", "checklists", "checklist_items",
+                   "checklist_queries"),
+    "simulate": ("conversations", "turns", "move_checks"),
+    "judge": ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
+              "judged_batches", "judge_agreement"),
+}
+SHARED = ("bench_conditions",)  # written by every run's open_run (the spec's condition names)
+# The libraries between a cached answer and a stored row (parsing, templates, hashing).
+_LIBRARIES = ("pydantic", "jinja2", "duckdb", "json-repair", "litellm")
+_ROOT = Path(__file__).resolve().parents[1]
+_SOURCE_DIRS = ("tasks", "flows", "warehouse")
+
+
+def input_tables(stage: str) -> tuple[str, ...]:
+    order = list(OUTPUTS)
+    return SHARED + tuple(t for s in order[:order.index(stage)] for t in OUTPUTS[s])
+
+
+@functools.lru_cache(maxsize=1)
+def _library_versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in _LIBRARIES:
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name} -")
+    return "; ".join(out)
+
+
+def source_version() -> str:
+    """A hash of the project's source and prompt templates (read on every call, ~10 ms: a
+    template edited between two runs of one process must count)."""
+    import prompts
+
+    h = hashlib.sha256(_library_versions().encode())
+    roots = [(_ROOT / d, d) for d in _SOURCE_DIRS] + [(Path(prompts.PROMPTS_DIR), "prompts")]
+    for root, tag in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f"{tag}/{path.relative_to(root)}\0".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def table_digests(wh, tables) -> dict[str, list]:
+    """{table: [row count, sum of DuckDB's row hashes]}: order-free, computed in the database
+    (a few ms a table). A table missing from an old warehouse reads as absent."""
+    out: dict[str, list] = {}
+    with wh.connect(read_only=True) as con:
+        present = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()"
+        ).fetchall()}
+        for t in tables:
+            if t not in present:
+                out[t] = None
+                continue
+            n, s = con.execute(f"SELECT count(*), sum(hash(r)) FROM (SELECT * FROM {t}) r").fetchone()
+            out[t] = [int(n), str(s or 0)]
+    return out
+
+
+def _config_doc(cfg) -> dict:
+    specs = {role: [dataclasses.asdict(s) for s in ss] for role, ss in cfg.all_specs().items()}
+    return {"config": cfg.model_dump(mode="json"), "specs": specs,
+            "home": str(cfg.home_path), "cache": str(cfg.cache_path)}
+
+
+@dataclasses.dataclass
+class StageMemo:
+    """The memo of one stage of one run: ``skipped()`` before it, ``record()`` after it."""
+
+    ctx: object
+    stage: str
+    fingerprint: str | None = None
+    failures_before: int = 0
+
+    @classmethod
+    def open(cls, ctx, stage: str, queries) -> "StageMemo | None":
+        """None: the stage keeps no memo."""
+        if stage not in OUTPUTS:
+            return None
+        from tasks.gateway.cache import generation
+
+        cfg = ctx.config
+        doc = {"stage": stage, "source": source_version(), "config": _config_doc(cfg),
+               "queries": [q.to_row() for q in queries],
+               "cache_generation": generation(cfg.cache_path),
+               "inputs": table_digests(ctx.warehouse, input_tables(stage))}
+        blob = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
+        memo = cls(ctx, stage, hashlib.sha256(blob.encode()).hexdigest())
+        memo.failures_before = memo._failures()
+        return memo
+
+    def _failures(self) -> int:
+        gw = self.ctx._gateway
+        return sum(s.failures for s in gw.stats.values()) if gw is not None else 0
+
+    def skipped(self) -> dict | None:
+        """The recorded summary when the stage may be skipped (its own tables as recorded),
+        marked ``unchanged_since``; None: run it."""
+        wh = self.ctx.warehouse
+        rows = wh.query("SELECT * FROM stage_memos WHERE fingerprint = ?", [self.fingerprint])
+        if not rows or json.loads(rows[0]["outputs"]) != table_digests(wh, OUTPUTS[self.stage]):
+            return None
+        summary = json.loads(rows[0]["summary"])
+        summary.pop("calls", None)  # the recording run's requests, not this run's (none)
+        summary["unchanged_since"] = rows[0]["run_id"]
+        print(f"[{self.stage}] inputs unchanged since run {rows[0]['run_id']}: skipped, "
+              "its rows are as that run wrote them", file=sys.stderr, flush=True)
+        return summary
+
+    def record(self, summary: dict) -> bool:
+        """Keep the memo of a stage that returned ``summary``, unless one of its calls failed."""
+        if self._failures() != self.failures_before:
+            return False
+        wh = self.ctx.warehouse
+        wh.write("stage_memos", [{
+            "fingerprint": self.fingerprint, "stage": self.stage,
+            "outputs": json.dumps(table_digests(wh, OUTPUTS[self.stage])),
+            "summary": json.dumps(summary, default=str), "run_id": self.ctx.run_id,
+            "created": dt.datetime.now(dt.timezone.utc)}])
+        return True
