@@ -262,11 +262,12 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
     con = duckdb.connect(str(path), read_only=True)
     try:
         # judged_batches records how work was batched (a skip-if-unchanged fingerprint per
-        # batch): shards batch differently by design, so it is bookkeeping, not data.
+        # batch), stage_memos what each stage saw (a fingerprint per stage and shard): shards
+        # batch and split differently by design, so both are bookkeeping, not data.
         relations = {t.name: [(c.name, str(c.type)) for c in t.columns]
                      for t in SQLModel.metadata.sorted_tables
                      if "run_id" not in [c.name for c in t.primary_key.columns]
-                     and t.name != "judged_batches"}
+                     and t.name not in ("judged_batches", "stage_memos")}
         for (view,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             if view == "selected_judgment_sets":  # describes the sets (one per shard), not data
                 continue
