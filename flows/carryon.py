@@ -14,6 +14,8 @@ is closed; once it is closed, the report's status line is rewritten with the fin
 
 from __future__ import annotations
 
+import time
+
 from prefect import flow
 from prefect.context import SyncClientContext
 
@@ -87,23 +89,26 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
                    shard_count: int, replay: bool) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
-                     "home": str(ctx.home), "stages": {}}
+                     "home": str(ctx.home), "stages": {}, "seconds": {}}
     queries = None
     try:
         for stage in ctx.stages:
-            memo = None
+            started = time.perf_counter()
+            memo = kept = None
             if stage in OUTPUTS:  # a replay records its memo too (its rows are new)
                 if queries is None:
                     queries = run_queries(ctx)
                 memo = StageMemo.open(ctx, stage, queries)
                 kept = None if replay else memo.skipped()
-                if kept is not None:  # inputs unchanged: a replay would write the same rows
-                    summary["stages"][stage] = kept
-                    continue
-            summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
-            ctx.flush_calls()
-            if memo is not None:
-                memo.record(summary["stages"][stage])
+            if kept is not None:  # inputs unchanged: a replay would write the same rows
+                summary["stages"][stage] = kept
+            else:
+                summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
+                ctx.flush_calls()
+                if memo is not None:
+                    memo.record(summary["stages"][stage])
+            # Wall seconds per stage: where a run's time went (the CLI prints them).
+            summary["seconds"][stage] = round(time.perf_counter() - started, 2)
     except BaseException as e:
         await _release_limits(ctx)
         finish_run(ctx, "failed", _error_line(e))

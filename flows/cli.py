@@ -99,10 +99,21 @@ def run(config: str = ConfigOpt,
 
     try:  # validate before Prefect starts (its server costs seconds)
         cfg = load_config(config)
-        preflight(cfg, parse_stages(stages, cfg.spec.stages), limit)
+        selected = parse_stages(stages, cfg.spec.stages)
+        preflight(cfg, selected, limit)
     except ConfigError as e:
         _fail(str(e))
     from tasks.ephemeral import TemporaryServerError, start_temporary_server
+    from tasks.gateway.workers import prestart, stop_prestarted, worker_count
+
+    if any(stage != "report" for stage in selected):
+        # The gateway's workers import litellm (seconds of CPU) while Prefect's server starts
+        # and the flow is imported, instead of holding up the first model call. Stages that
+        # turn out unchanged are skipped and leave them unused: stopped below.
+        try:
+            prestart(worker_count(cfg.gateway.workers))
+        except ValueError as e:  # CARRYON_GATEWAY_WORKERS is not a number
+            _fail(str(e))
 
     # No PREFECT_API_URL: our own temporary Prefect server, which dies with this process even
     # on SIGKILL (Prefect's own would be orphaned); it starts while the flow is imported.
@@ -121,6 +132,8 @@ def run(config: str = ConfigOpt,
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))
+    finally:
+        stop_prestarted()
     _print_summary(summary)
     from tasks.config import is_smoke_model
 
@@ -168,6 +181,8 @@ def _print_summary(summary: dict) -> None:
                f"{summary['cache_hits']} cache hits")
     for stage, info in summary["stages"].items():
         typer.echo(f"  {stage}: {json.dumps(info, default=str) if not isinstance(info, str) else info}")
+    if summary.get("seconds"):
+        typer.echo(f"stage seconds: {json.dumps(summary['seconds'])}")
     home = Path(summary["home"])
     report = (summary["stages"].get("report") or {}).get("report") if isinstance(
         summary["stages"].get("report"), dict) else None

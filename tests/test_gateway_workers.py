@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import yaml
 
 from tasks.config import GatewayConfig, ModelSpec
 from tasks.gateway import Gateway
+from tasks.gateway import workers
 from tasks.gateway.workers import worker_count
 from tests.conftest import base_config
 from tests.llm_server import Faults, LLMServer
@@ -100,6 +102,97 @@ def test_workers_answer_exactly_as_the_run_process(tmp_path):
         server.stop()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited (its parent has not reaped it yet)
+
+
+def _wait_gone(pids, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_one_process_imports_litellm_and_forks_every_worker(tmp_path):
+    """The workers are forked from one process after its import (not N imports at once), die
+    with it, and a pool adopts workers prestarted before its event loop existed."""
+    server = LLMServer().start()
+    try:
+        spec = spec_for(server)
+        workers.prestart(2)
+        forker = workers._prestarted
+        assert forker is not None and forker.proc.poll() is None
+
+        async def go():
+            g = gateway(tmp_path / "cache", 2)
+            try:
+                pool = await g.start_workers()
+                results = await _mixed_calls(g, spec, 5)
+                return pool, results, pool.pids()
+            finally:
+                g.close()
+
+        pool, results, pids = asyncio.run(go())
+        assert pool.forker is forker and workers._prestarted is None  # adopted, not a new one
+        assert all(r.ok for r in results) and pool.sent == server.counts["total"] == 15
+        assert len(set(pids)) == 2
+        # (Closing the pool stopped the forker; each worker had it as parent.)
+        assert forker.proc.returncode is not None
+        assert _wait_gone(pids) == []
+    finally:
+        workers.stop_prestarted()
+        server.stop()
+
+
+def test_prestarted_workers_no_pool_adopts_are_stopped():
+    workers.prestart(2)
+    forker = workers._prestarted
+    workers.prestart(2)  # already started: not a second set
+    assert workers._prestarted is forker
+    # Wait until the forker has imported litellm and forked both workers.
+    deadline = time.monotonic() + 120
+    children: list[int] = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = [int(p) for p in Path(f"/proc/{forker.proc.pid}/task/{forker.proc.pid}/children")
+                    .read_text().split()]
+        time.sleep(0.1)
+    assert len(children) == 2 and all(_parent_of(c) == forker.proc.pid for c in children)
+    workers.stop_prestarted()
+    assert workers._prestarted is None and forker.proc.returncode is not None
+    assert _wait_gone(children) == []  # the workers died with the forker
+
+
+def test_a_pool_of_another_size_does_not_adopt_prestarted_workers(tmp_path):
+    server = LLMServer().start()
+    try:
+        workers.prestart(3)
+        forker = workers._prestarted
+
+        async def go():
+            g = gateway(tmp_path / "cache", 1)
+            try:
+                pool = await g.start_workers()
+                result = await g.chat(spec_for(server), "target", [{"role": "user", "content": "q"}])
+                return pool, result
+            finally:
+                g.close()
+
+        pool, result = asyncio.run(go())
+        assert result.ok and pool.forker is not forker and len(pool.workers) == 1
+        assert forker.proc.returncode is not None  # the unusable set was stopped
+    finally:
+        workers.stop_prestarted()
+        server.stop()
+
+
 def test_failures_retries_and_limits_hold_across_workers(tmp_path):
     # 429s and 500s are retried (from whichever worker), malformed structured answers re-asked,
     # and max_concurrency is one limit over both workers.
@@ -166,7 +259,7 @@ def test_a_worker_that_dies_loses_no_call(tmp_path, caplog):
                 victim = pool.workers[0]
                 in_flight = len(victim.pending)
                 assert in_flight, "the test needs requests in flight in the killed worker"
-                os.kill(victim.proc.pid, signal.SIGKILL)
+                os.kill(victim.pid, signal.SIGKILL)
                 return await calls, in_flight
             finally:
                 g.close()

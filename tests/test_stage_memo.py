@@ -50,6 +50,10 @@ def test_unchanged_stages_are_skipped_and_every_change_replays(prefect_harness, 
     assert second["stages"]["simulate"]["conversations"] == first["stages"]["simulate"]["conversations"]
     assert snapshot(wh) == before
     assert (tmp_path / "home" / "reports" / second["run_id"] / "report.md").exists()
+    # Each run says how long each stage took, skipped or not (the CLI prints it).
+    for summary in (first, second):
+        assert list(summary["seconds"]) == list(summary["stages"])
+        assert all(isinstance(s, float) and s >= 0 for s in summary["seconds"].values())
 
     # A stored turn deleted by hand: simulation replays (from the cache) and restores it; the
     # judge's input changed with it, so it replays too; the checklists stay skipped.

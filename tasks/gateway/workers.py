@@ -8,11 +8,15 @@ the per-model limits, the retries and the judging of answers, so one set of limi
 every worker and provenance stays one row per call. A worker runs ``transport.send`` and
 sends back its outcome as plain data (``Reply`` or ``Failure``).
 
-Workers start on the run's first cache miss (a fully cached rerun starts none); requests wait
-until one has imported litellm and said it is ready (the run's process never imports litellm
-for them). A worker that dies fails its requests in flight as transient failures (the retry
-loop sends them again, to another worker; from the run's process once every worker is gone). Workers exit when their socket closes, so they never outlive
-the run's process.
+The workers of a pool come from one process (worker.py) that imports litellm once and forks
+them: N workers cost one import (about 7 s of CPU on a 2-core machine) instead of N at once.
+That process starts on the run's first cache miss (a fully cached rerun starts none), or
+earlier when ``prestart`` asked for it: ``carryon run`` does, so the import overlaps the
+Prefect server's start and the run's own imports instead of holding up the first stage.
+Requests wait until a worker is up (the run's process never imports litellm for them). A
+worker that dies fails its requests in flight as transient failures (the retry loop sends them
+again, to another worker; from the run's process once every worker is gone). Workers exit when
+their socket closes, so they never outlive the run's process.
 
 Wire format: a 4-byte big-endian length, then a pickle. Run's process -> worker:
 ``(request_id, kwargs, messages, prompt)``; worker -> run's process: ``("ready", pid)`` once,
@@ -73,11 +77,92 @@ def worker_count(setting: int | str) -> int:
     return n
 
 
+class _Forker:
+    """The process that imports litellm and forks a pool's workers (worker.py), with this
+    process's ends of their sockets. Spawning it needs no event loop, so it can start before
+    the run's loop exists (``prestart``)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.parent = os.getpid()
+        self.socks: list[socket.socket] = []
+        theirs: list[socket.socket] = []
+        for _ in range(n):
+            mine, other = socket.socketpair()
+            self.socks.append(mine)
+            theirs.append(other)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tasks.gateway.worker", str(self.parent),
+                 *(str(t.fileno()) for t in theirs)],
+                pass_fds=tuple(t.fileno() for t in theirs), stdin=subprocess.DEVNULL)
+        except BaseException:
+            for sock in self.socks:
+                sock.close()
+            raise
+        finally:
+            for t in theirs:
+                t.close()
+
+    def discard(self) -> None:
+        """Stop it and close its sockets (no pool has adopted them)."""
+        self.stop()
+        for sock in self.socks:
+            sock.close()
+
+    def usable(self, n: int) -> bool:
+        return self.n == n and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """End the forker; its workers die with it (on Linux at once, by the parent-death
+        signal; elsewhere when their sockets close). The sockets stay open: a pool closes them
+        on its loop."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_prestarted: _Forker | None = None
+
+
+def prestart(n: int) -> None:
+    """Start the workers of this process's next pool of ``n`` now, before any event loop: the
+    first ``WorkerPool(n)`` to start adopts them. For ``carryon run``, whose temporary Prefect
+    server and imports take seconds that the workers' own import can overlap. A no-op for 0."""
+    global _prestarted
+    if n > 0 and _prestarted is None:
+        _prestarted = _Forker(n)
+
+
+def stop_prestarted() -> None:
+    """Stop workers that ``prestart`` started and no pool adopted (every stage was skipped)."""
+    global _prestarted
+    forker, _prestarted = _prestarted, None
+    if forker is not None:
+        forker.discard()
+
+
+def _adopt_prestarted(n: int) -> _Forker | None:
+    global _prestarted
+    forker = _prestarted
+    if forker is None or os.getpid() != forker.parent:  # a forked copy of this process
+        return None
+    _prestarted = None
+    if forker.usable(n):
+        return forker
+    forker.discard()
+    return None
+
+
 class _Worker:
-    def __init__(self, index: int, proc: subprocess.Popen, sock: socket.socket):
+    def __init__(self, index: int, sock: socket.socket):
         self.index = index
-        self.proc = proc
         self.sock = sock
+        self.pid: int | None = None  # said by the worker when it is ready
         self.writer: asyncio.StreamWriter | None = None
         self.up = False
         self.gone = False  # stopped (or never started): it will not come up
@@ -90,6 +175,7 @@ class WorkerPool:
     def __init__(self, n: int):
         self.n = n
         self.workers: list[_Worker] = []
+        self.forker: _Forker | None = None
         self._ids = itertools.count()
         self._readers: list[asyncio.Task] = []
         self.sent = 0  # requests sent through workers
@@ -101,19 +187,15 @@ class WorkerPool:
         return any(w.up for w in self.workers)
 
     def start(self) -> None:
-        """Spawn the workers; returns at once (they say when they are ready)."""
+        """Start the workers (or adopt the prestarted ones); returns at once (they say when
+        they are ready)."""
         self._loop = asyncio.get_running_loop()
         self._state = asyncio.Event()  # set when a worker comes up or goes away
-        for i in range(self.n):
-            mine, theirs = socket.socketpair()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tasks.gateway.worker", str(theirs.fileno()),
-                 str(os.getpid())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-            theirs.close()
-            w = _Worker(i, proc, mine)
+        self.forker = _adopt_prestarted(self.n) or _Forker(self.n)
+        for i, sock in enumerate(self.forker.socks):
+            w = _Worker(i, sock)
             self.workers.append(w)
-            self._readers.append(asyncio.get_running_loop().create_task(self._serve(w)))
+            self._readers.append(self._loop.create_task(self._serve(w)))
 
     async def wait_ready(self, timeout_s: float = 120.0) -> bool:
         """Wait until every worker is up (or gone); True when at least one is up."""
@@ -124,7 +206,7 @@ class WorkerPool:
         return self.ready
 
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self.workers if w.up]
+        return [w.pid for w in self.workers if w.up]
 
     async def send(self, kwargs: dict, messages, prompt) -> Reply | Failure:
         live = [w for w in self.workers if w.up]
@@ -156,12 +238,13 @@ class WorkerPool:
                 hello = await asyncio.wait_for(read_frame(reader), START_TIMEOUT_S)
             except asyncio.TimeoutError:
                 hello = None
-                w.proc.kill()
+                if not self.ready:  # the import hangs: stop it (its workers go with it)
+                    self.forker.proc.kill()
             if not (isinstance(hello, tuple) and hello[:1] == ("ready",)):
-                reason = (f"it did not start within {START_TIMEOUT_S:.0f} s (exit code "
-                          f"{w.proc.poll()})")
+                reason = (f"it did not start within {START_TIMEOUT_S:.0f} s (the process "
+                          f"that starts the workers: exit code {self.forker.proc.poll()})")
                 return
-            w.up = True
+            w.pid, w.up = hello[1], True
             self._state.set()
             while True:
                 msg = await read_frame(reader)
@@ -174,14 +257,14 @@ class WorkerPool:
         except Exception as e:  # a broken worker must not take the run down
             reason = f"{type(e).__name__}: {e}"
         finally:
-            was_up, w.up, w.gone = w.up, False, True
+            w.up, w.gone = False, True
             self._state.set()
             failure = Failure("transient", f"WorkerGone: gateway worker {w.index} stopped ({reason})")
             for fut in w.pending.values():
                 if not fut.done():
                     fut.set_result(failure)
             w.pending.clear()
-            if not self._closing and (was_up or w.proc.poll() not in (None, 0)):
+            if not self._closing:
                 log.warning("gateway worker %d stopped (%s); its requests are sent again",
                             w.index, reason)
 
@@ -191,14 +274,9 @@ class WorkerPool:
         self._on_loop(*(t.cancel for t in self._readers))
         for w in self.workers:
             w.up = False
-            if w.proc.poll() is None:
-                w.proc.terminate()
+        if self.forker is not None:
+            self.forker.stop()  # its workers die with it
         for w in self.workers:
-            try:
-                w.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
             self._close_socket(w)
 
     def _close_socket(self, w: _Worker) -> None:
