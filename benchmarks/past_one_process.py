@@ -1,13 +1,15 @@
 """Past one process: every figure of the scale-out issue, side by side in one run.
 
     .venv/bin/python benchmarks/past_one_process.py [--calls 2000] [--concurrency 64]
-        [--targets 2] [--queries 14] [--reps 2] [--skip-pipeline] [--skip-shards] [--json F]
+        [--targets 2] [--queries 14] [--reps 2] [--rounds 4] [--skip-pipeline] [--skip-shards]
+        [--json F]
 
 Against the loopback test server (its own process) at 50 ms latency:
 
-1. **Gateway**: ``--calls`` distinct tiny chat calls at concurrency 64, each way in turn,
-   ``--reps`` times: a bare single-process ``litellm.acompletion`` loop, the gateway sending
-   from the run's process (``workers: 0``), and the gateway with one worker process per core.
+1. **Gateway**: ``--calls`` distinct tiny chat calls at concurrency 64 each way, ``--reps``
+   times: a bare single-process ``litellm.acompletion`` loop, the gateway sending from the
+   run's process (``workers: 0``), and the gateway with one worker process per core. Each
+   repetition interleaves the three ways in ``--rounds`` rounds (the machine's speed drifts).
    CPU seconds per call of every process (this one, the workers, the test server) show where
    the CPU goes; on 2 cores their sum caps the rate at 2 ÷ (CPU per call).
 2. **Pipeline**: the sample data (``--queries``, ``--targets`` targets, every length), run in
@@ -96,16 +98,20 @@ def _spec(api_base: str, conc: int):
 
 
 async def gateway_figures(tmp: Path, api_base: str, server_pid: int, n: int, conc: int,
-                          reps: int) -> dict:
+                          reps: int, rounds: int = 4) -> dict:
+    """Each repetition sends ``n`` calls each way, interleaved in ``rounds`` rounds (the order
+    rotates every round): this shared machine's speed drifts by tens of percent within a
+    minute, and one long block per way would set a fast minute against a slow one."""
     from tasks.config import GatewayConfig
     from tasks.gateway import Gateway
     from tasks.gateway.workers import worker_count
 
     spec, cores = _spec(api_base, conc), worker_count("auto")
-    runs: dict[str, list] = {"bare litellm": [], "gateway, 0 workers": [],
-                             f"gateway, {cores} workers": []}
+    modes = ["bare litellm", "gateway, 0 workers", f"gateway, {cores} workers"]
+    runs: dict[str, list[list[CpuMeter]]] = {m: [] for m in modes}  # per rep: one per round
+    per = max(1, n // rounds)
 
-    async def through(gw, tag, count=n):
+    async def through(gw, tag, count):
         results = await asyncio.gather(*[
             gw.chat(spec, "bench", [{"role": "user", "content": f"{tag} {i}"}]) for i in range(count)])
         bad = [r.error for r in results if not r.ok]
@@ -113,31 +119,49 @@ async def gateway_figures(tmp: Path, api_base: str, server_pid: int, n: int, con
             raise SystemExit(f"{len(bad)} gateway calls failed, e.g. {bad[0]}")
 
     for rep in range(reps):
-        with CpuMeter(server_pid) as m:
-            await bare_litellm(api_base, n, conc, f"bare-{rep}")
-        runs["bare litellm"].append(m)
-        for workers in (0, cores):
+        gateways = {}
+        for workers, mode in ((0, modes[1]), (cores, modes[2])):
             gw = Gateway(tmp / f"gw-{rep}-{workers}", "bench", GatewayConfig(workers=workers))
-            # Steady state: the workers' imports, and litellm's lazy imports and connection
+            # Steady state: the workers' start, and litellm's lazy imports and connection
             # pools on their first calls, are not timed (the bare loop was warmed the same way).
             pool = await gw.start_workers()
             await through(gw, f"warmup-{rep}-{workers}", 64 * max(1, workers))
-            with CpuMeter(server_pid, pool.pids() if pool else ()) as m:
-                await through(gw, f"gw-{rep}-{workers}")
+            gateways[mode] = (gw, pool)
+        meters: dict[str, list[CpuMeter]] = {m: [] for m in modes}
+        for rnd in range(rounds):
+            for mode in modes[rnd % 3:] + modes[:rnd % 3]:
+                tag = f"{mode}-{rep}-{rnd}"
+                if mode == modes[0]:
+                    with CpuMeter(server_pid) as m:
+                        await bare_litellm(api_base, per, conc, tag)
+                else:
+                    gw, pool = gateways[mode]
+                    with CpuMeter(server_pid, pool.pids() if pool else ()) as m:
+                        await through(gw, tag, per)
+                meters[mode].append(m)
+        for gw, _ in gateways.values():
             gw.close()
-            runs[f"gateway, {workers} workers"].append(m)
+        for mode in modes:
+            runs[mode].append(meters[mode])
     out = {}
-    for name, meters in runs.items():
+    calls = per * rounds
+    for name, reps_meters in runs.items():
+        flat = [m for rep_meters in reps_meters for m in rep_meters]
+        keys = {k for m in flat for k in m.cpu}
         out[name] = {
-            "calls_s": [round(n / m.wall, 1) for m in meters],
-            "cpu_ms_per_call": {k: round(1000 * sum(m.cpu[k] for m in meters) / (n * len(meters)), 2)
-                                for k in meters[0].cpu},
+            "calls_s": [round(calls / sum(m.wall for m in rm), 1) for rm in reps_meters],
+            "cpu_ms_per_call": {k: round(1000 * sum(m.cpu.get(k, 0.0) for m in flat) / (calls * reps), 2)
+                                for k in sorted(keys)},
         }
         out[name]["cpu_ms_per_call_total"] = round(sum(out[name]["cpu_ms_per_call"].values()), 2)
-    bare = out["bare litellm"]["calls_s"]
-    for name in out:
+    bare = out[modes[0]]["calls_s"]
+    for name in modes:
         out[name]["vs_bare"] = [round(r / b, 2) for r, b in zip(out[name]["calls_s"], bare)]
-    out["cores"] = cores
+    # The same comparison in CPU, which the machine's drift moves far less than wall time:
+    # what the cores allow with workers over what one core allows the bare loop.
+    out["cpu_bound_vs_bare"] = round(
+        (cores / out[modes[2]]["cpu_ms_per_call_total"]) / (1 / out[modes[0]]["cpu_ms_per_call"]["this process"]), 2)
+    out["cores"], out["rounds"], out["calls_per_round"] = cores, rounds, per
     return out
 
 
@@ -319,6 +343,7 @@ async def main() -> None:
     ap.add_argument("--targets", type=int, default=2)
     ap.add_argument("--queries", type=int, default=14)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--skip-pipeline", action="store_true")
     ap.add_argument("--skip-shards", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -332,7 +357,7 @@ async def main() -> None:
             control(base, "/_config", {"latency_s": LATENCY})
             await bare_litellm(api_base, 64, args.concurrency, "warmup")
             out["gateway"] = await gateway_figures(tmp, api_base, proc.pid, args.calls,
-                                                   args.concurrency, args.reps)
+                                                   args.concurrency, args.reps, args.rounds)
             print_gateway(out, args.calls)
             if not args.skip_pipeline:
                 from prefect.testing.utilities import prefect_test_harness
@@ -361,7 +386,7 @@ def print_gateway(out: dict, n: int) -> None:
     print("| | calls/s (each rep) | ÷ bare litellm | CPU ms per call: this process | workers | test server | all |")
     print("|---|---|---|---|---|---|---|")
     for name, r in g.items():
-        if name == "cores":
+        if not isinstance(r, dict):
             continue
         cpu = r["cpu_ms_per_call"]
         workers = sum(v for k, v in cpu.items() if k.startswith("worker"))
@@ -370,7 +395,9 @@ def print_gateway(out: dict, n: int) -> None:
               f"{workers:.2f} | {cpu['test server']} | {r['cpu_ms_per_call_total']} |")
     best = g[f"gateway, {g['cores']} workers"]["cpu_ms_per_call_total"]
     print(f"\nCPU ceiling with workers: {g['cores']} cores ÷ {best} ms a call = "
-          f"{1000 * g['cores'] / best:.0f} calls/s (the test server's share included)")
+          f"{1000 * g['cores'] / best:.0f} calls/s (the test server's share included); over one "
+          f"core's worth of the bare loop's CPU per call: {g['cpu_bound_vs_bare']}×. Each rate: "
+          f"{g['rounds']} interleaved rounds of {g['calls_per_round']} calls per way.")
 
 
 def print_pipeline(out: dict, args) -> None:

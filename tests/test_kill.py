@@ -236,20 +236,27 @@ def test_sigkill_leaves_no_orphan_and_the_next_run_marks_it_interrupted(llm_proc
 
 @pytest.mark.e2e
 def test_completed_run_leaves_no_orphan(llm_process, tmp_path):
+    """Twice: the first run sends its calls through the gateway workers it started as it
+    began; the second finds the stage unchanged, skips it and stops those workers unused."""
     api_base, _, _ = llm_process
     config = _config(tmp_path, api_base)
-    log = tmp_path / "normal.log"
-    proc = _start(config, tmp_path, log)
-    seen: dict = {}
-    try:
-        _watch(proc, seen, lambda: proc.poll() is not None, log, may_exit=True)
-        assert proc.returncode == 0, log.read_text()[-3000:]
-        assert len(_servers(seen)) == 1, f"expected our temporary Prefect server among {seen}"
-        assert wait_gone(seen, timeout=2.0) == {}
-    finally:
-        _cleanup(proc, seen)
+    for n, skipped in ((1, False), (2, True)):
+        log = tmp_path / f"normal-{n}.log"
+        proc = _start(config, tmp_path, log)
+        seen: dict = {}
+        try:
+            _watch(proc, seen, lambda: proc.poll() is not None, log, may_exit=True)
+            out = log.read_text()
+            assert proc.returncode == 0, out[-3000:]
+            assert len(_servers(seen)) == 1, f"expected our temporary Prefect server among {seen}"
+            assert any("tasks.gateway.worker" in cmd for _, cmd in seen.values()), seen
+            assert wait_gone(seen, timeout=2.0) == {}
+            assert ("inputs unchanged since run" in out) == skipped, out[-3000:]
+            assert 'stage seconds: {"checklists": ' in out, out[-3000:]
+        finally:
+            _cleanup(proc, seen)
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
-    assert [r["status"] for r in wh.query("SELECT status FROM runs")] == ["succeeded"]
+    assert [r["status"] for r in wh.query("SELECT status FROM runs")] == ["succeeded"] * 2
 
 
 # ----------------------------------------------------------------------------- units
