@@ -29,7 +29,6 @@ from tasks.parent_death import die_with_parent
 
 async def serve(sock: socket.socket) -> None:
     reader, writer = await asyncio.open_connection(sock=sock)
-    _litellm()  # imported before the fork; a no-op here
     writer.write(frame(("ready", os.getpid())))
     running: set[asyncio.Task] = set()
 
