@@ -12,7 +12,7 @@ import asyncio
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.engine.episode import merge_counts, plan_episodes, play_batch
+from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
 from tasks.engine.items import run_items, store_items, stored_items
 from tasks.progress import Progress
 from tasks.run import get_run
@@ -25,8 +25,7 @@ BATCHES_IN_FLIGHT = 4
 def run_work(ctx) -> tuple[list, dict, list]:
     """The run's items, its episodes (item, condition, target) and the skipped conditions."""
     items = run_items(ctx)
-    work, skipped = plan_episodes(ctx.config.spec, items, ctx.config.role_specs("targets"),
-                                  ctx.config.seed)
+    work, skipped = plan_episodes(ctx.config.spec, items, run_seats(ctx.config), ctx.config.seed)
     return items, work, skipped
 
 
@@ -55,7 +54,7 @@ async def episode_batch_task(run_id: str, keys: list[list]) -> dict:
     spec = ctx.config.spec
     # The flow stored the run's items before the batches: read them back, not the dataset.
     items = stored_items(ctx.warehouse, spec.name, (k[0] for k in keys))
-    targets = {t.name: t for t in ctx.config.role_specs("targets")}
+    targets = {t.name: t for t in run_seats(ctx.config)}
     work = [(items[i], spec.condition(c), targets[t], tuple(p)) for i, c, t, p in keys]
     return await play_batch(ctx, spec, work)
 

@@ -1,12 +1,15 @@
 """A benchmark is a spec: one YAML that names its dataset loader, its stages, its conditions,
-its user policies, its judges and its report sections.
+its user policies, its target policies, its judges, its metric views and its report sections.
 
-A config picks one with ``benchmark: <name>`` (a spec in ``tasks/specs/<name>.yaml``) or
-``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench (``tasks/specs/carryon.yaml``).
-Everything a spec names is found by name: the loader in ``tasks/datasets/<loader>.py``, a
-user policy in ``tasks/users/<policy>.py``, a judge in ``tasks/judges/<judge>.py``, a report
-section in ``tasks/report/sections/<section>.py``, the metric views in
-``warehouse/views_<name>.sql``. So a new judge or condition is one module plus the spec.
+A config picks one with ``benchmark: <name>`` (the built-in ``tasks/benchmarks/<name>/spec.yaml``)
+or ``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench. Every component a spec names
+is found in the one registry (``tasks/engine/registry.py``): a built-in one by its module, a
+benchmark's own ones in the modules its spec lists under ``components:``. A component may take
+arguments (``{name: persona, args: {...}}``), checked when the spec loads, and declares the
+model roles it calls, so a config of the benchmark may set exactly those.
+
+A benchmark's own metric views (``views:``, a SQL file beside its spec) take the benchmark's
+name and a view prefix as parameters; the warehouse creates them after the engine's views.
 
 CarryOnBench's own stages (checklists, simulate, judge) keep their code; its spec records
 what they do (conditions BC, NC and oracle, the two judges) so the report and ``carryon plan``
@@ -22,12 +25,17 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
-from warehouse.store import on_init
+from tasks.engine import registry
+from tasks.roles import ROLE_TABLE, UNIVERSAL_ROLES
+from warehouse.store import on_init, on_views
 
-# Inside the tasks package (package data), so an installed copy carries the built-in specs.
-SPECS_DIR = Path(__file__).resolve().parent / "specs"
+# Inside the tasks package (package data), so an installed copy carries the built-in specs:
+# one folder per benchmark, its spec.yaml beside its views and its own components.
+BENCHMARKS_DIR = Path(__file__).resolve().parent / "benchmarks"
+SPEC_FILE = "spec.yaml"
 DEFAULT_BENCHMARK = "carryon"
 # The stages of each engine, in pipeline order.
 CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
@@ -62,16 +70,49 @@ class ScriptSpec(_Strict):
         return v
 
 
+def _split_ref(value, field: str):
+    """A component reference: ``name`` or ``{name: ..., args: {...}}`` -> (name, args)."""
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"name", "args"})
+        if extra or "name" not in value:
+            raise ValueError(f"{field}: a component is a name or {{name: ..., args: {{...}}}}"
+                             + (f" (unknown key {extra[0]!r})" if extra else " (no name)"))
+        args = value.get("args") or {}
+        if not isinstance(args, dict):
+            raise ValueError(f"{field}.args: a mapping of argument names to values")
+        return value["name"], args
+    return value, {}
+
+
+def _split_refs(values, field: str) -> tuple[list, dict]:
+    names, args = [], {}
+    for i, v in enumerate(values if isinstance(values, list) else [values]):
+        name, a = _split_ref(v, f"{field}[{i}]")
+        names.append(name)
+        if a:
+            args[name] = a
+    return names, args
+
+
 class ConditionSpec(_Strict):
     """A named way of presenting an item: which of the item's prompts opens the episode,
     which user policy answers the target, and how many target turns it may take."""
 
     name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     prompt: str | None = None  # the key of item.prompts that opens the episode
-    user: str = "single_turn"  # a module of tasks/users/
+    user: str = "single_turn"  # a registered user policy (tasks/users/<name>.py built in)
+    user_args: dict = Field(default_factory=dict)  # its arguments (`user: {name, args}`)
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
     script: ScriptSpec | None = None  # the scripted user's flows
     description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_ref(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("user"), dict):
+            data = dict(data)
+            data["user"], data["user_args"] = _split_ref(data["user"], "user")
+        return data
 
 
 @dataclass(frozen=True)
@@ -116,17 +157,54 @@ class CarryOnConditions:
         return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
 
 
+class ViewsSpec(_Strict):
+    """A benchmark's own metric views: a SQL file beside the spec whose ``{{benchmark}}`` and
+    ``{{prefix}}`` are the benchmark's name and its views' name prefix."""
+
+    file: str = "views.sql"
+    prefix: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+
+
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
     description: str = ""
     engine: str = "episodes"  # "carryon" (its own stages) | "episodes"
-    loader: str | None = None  # a module of tasks/datasets/ (episode engine)
+    # Modules of the benchmark's own components: .py files beside the spec, or module names.
+    components: list[str] = Field(default_factory=list)
+    loader: str | None = None  # a registered dataset loader (episode engine)
     sources: list[str] = Field(default_factory=lambda: ["sample"])  # what dataset.source may be
     conditions: list[ConditionSpec] = Field(min_length=1)
-    judges: list[str] = Field(default_factory=list)  # modules of tasks/judges/
-    report: list[str] = Field(default_factory=list)  # modules of tasks/report/sections/
+    # Who sits in the target's seat: "llm" (each configured target model), a wrapper around
+    # each target model, or a deterministic policy (a seat of its own, no model).
+    targets: list[str] = Field(default_factory=lambda: ["llm"], min_length=1)
+    judges: list[str] = Field(default_factory=list)  # registered judges
+    report: list[str] = Field(default_factory=list)  # registered report sections
+    views: ViewsSpec | None = None
+    # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
+    args: dict[str, dict] = Field(default_factory=dict)
     source_path: str | None = Field(None, exclude=True)
+    _built: dict = PrivateAttr(default_factory=dict)  # components built for this spec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refs(cls, data):
+        # `loader`, `targets`, `judges` and `report` entries may carry arguments; they are kept
+        # by kind and name in `args` ("judge:toy": {...}) so every other reader sees names.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        args: dict = {}
+        for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
+                            ("report", "section")):
+            if field not in data or data[field] is None:
+                continue
+            names, a = _split_refs(data[field], field)
+            data[field] = names[0] if field == "loader" else names
+            args.update({f"{kind}:{n}": v for n, v in a.items()})
+        if args:
+            data["args"] = {**args, **(data.get("args") or {})}
+        return data
 
     @field_validator("engine")
     @classmethod
@@ -174,21 +252,78 @@ class BenchmarkSpec(_Strict):
     def max_turns(self) -> int:
         return max(c.max_turns for c in self.conditions)
 
+    # ----- components (built once per loaded spec) ------------------------------------------
+    def component(self, kind: str, name: str):
+        """The component ``name`` of ``kind`` built with this spec's arguments for it."""
+        key = (kind, name)
+        if key not in self._built:
+            args = self.args.get(f"{kind}:{name}")
+            self._built[key] = registry.build(kind, name, args)
+        return self._built[key]
+
+    def user(self, condition: ConditionSpec):
+        """The user policy of a condition, built with the condition's arguments."""
+        key = ("user", condition.name)
+        if key not in self._built:
+            self._built[key] = registry.build("user", condition.user, condition.user_args)
+        return self._built[key]
+
+    def judge_objects(self) -> list[tuple[str, object]]:
+        return [(name, self.component("judge", name)) for name in self.judges]
+
+    def target_policies(self) -> list[tuple[str, object]]:
+        return [(name, self.component("target", name)) for name in self.targets]
+
+    def component_roles(self) -> tuple[list[str], set[str]]:
+        """(roles, optional roles) the spec's components declare, in spec order."""
+        found: list[tuple[str, str]] = []
+        if self.loader:
+            found.append(("loader", self.loader))
+        found += [("target", n) for n in self.targets]
+        found += [("user", c.user) for c in self.conditions]
+        found += [("judge", n) for n in self.judges] + [("section", n) for n in self.report]
+        roles, optional = [], set()
+        for kind, name in found:
+            for r in registry.lookup(kind, name).roles:
+                if r not in roles:
+                    roles.append(r)
+                if kind == "judge" and getattr(registry.lookup(kind, name).factory, "optional",
+                                               False):
+                    optional.add(r)
+        return roles, optional
+
+    def config_roles(self) -> list[str]:
+        """The roles a config of this benchmark may set: its components' roles, CarryOnBench's
+        own stages' (engine carryon) and the universal ones; the role table's order first."""
+        roles, _ = self.component_roles()
+        if self.engine == "carryon":
+            roles += [r.name for r in ROLE_TABLE if set(r.stages) & set(CARRYON_STAGES)]
+        roles += list(UNIVERSAL_ROLES)
+        order = {r.name: i for i, r in enumerate(ROLE_TABLE)}
+        return sorted(dict.fromkeys(roles), key=lambda r: order.get(r, len(order)))
+
+    def needs_target_models(self) -> bool:
+        """Whether any target policy sits a configured target model in the seat."""
+        return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
+
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
-        """(roles, optional roles) an episode-engine stage of this spec calls: the targets and
-        its user policies' roles for ``episodes``, its judges' roles for ``verdicts``."""
+        """(roles, optional roles) an episode-engine stage of this spec calls: the targets
+        (when a target policy takes a model) and its user and target policies' roles for
+        ``episodes``, its judges' roles for ``verdicts``."""
         roles, optional = [], set()
         if stage == "episodes":
-            roles = ["targets"]
-            for c in self.conditions:
-                roles += [r for r in module("tasks.users", c.user).POLICY.roles if r not in roles]
+            roles = ["targets"] if self.needs_target_models() else []
+            for kind, names in (("target", self.targets), ("user", [c.user for c in self.conditions])):
+                for n in names:
+                    roles += [r for r in registry.lookup(kind, n).roles if r not in roles]
         elif stage == "verdicts":
             for name in self.judges:
-                judge = module("tasks.judges", name).JUDGE
-                if judge.role and judge.role not in roles:
-                    roles.append(judge.role)
-                    if judge.optional:
-                        optional.add(judge.role)
+                comp = registry.lookup("judge", name)
+                for r in comp.roles:
+                    if r not in roles:
+                        roles.append(r)
+                        if getattr(comp.factory, "optional", False):
+                            optional.add(r)
         return roles, optional
 
 
@@ -196,49 +331,79 @@ def spec_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml"):
         return p
-    return SPECS_DIR / f"{name_or_path}.yaml"
+    return BENCHMARKS_DIR / name_or_path / SPEC_FILE
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.parent.name for p in BENCHMARKS_DIR.glob(f"*/{SPEC_FILE}"))
 
 
 @lru_cache(maxsize=32)
 def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
-    """The spec of a benchmark, validated; SpecError names the file and the field."""
+    """The spec of a benchmark, validated, its components found and their arguments checked;
+    SpecError names the file and the field."""
     path = spec_path(name_or_path)
     if not path.is_file():
-        known = sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
         raise SpecError(f"benchmark {name_or_path!r}: no spec at {path} (built in: "
-                        f"{', '.join(known)})")
+                        f"{', '.join(builtin_names())})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
         raise SpecError(f"{path}: cannot read the spec: {' '.join(str(e).split())[:300]}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: a spec is a mapping of keys, not {type(raw).__name__}")
+    try:
+        registry.import_components(raw.get("components") or [], path.parent)
+    except registry.ComponentError as e:
+        raise SpecError(f"{path}: components: {e}") from None
     try:
         spec = BenchmarkSpec.model_validate(raw)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise SpecError(f"{path}: {where}: {first['msg']}") from None
+        msg = first["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{path}: {where}: {msg}") from None
     spec.source_path = str(path)
-    _check_modules(spec, path)
+    _check_components(spec, path)
+    remember_views(spec)
     return spec
 
 
-def _check_modules(spec: BenchmarkSpec, path: Path) -> None:
-    # Every name a spec uses must resolve now, not halfway through a run.
-    names = [("tasks.users", c.user, f"conditions[{c.name}].user") for c in spec.conditions]
+def _check_components(spec: BenchmarkSpec, path: Path) -> None:
+    # Every component a spec names must resolve, with valid arguments, now: not halfway
+    # through a run.
+    names = [("user", c.name, c.user, c.user_args, f"conditions[{c.name}].user")
+             for c in spec.conditions]
     if spec.loader:
-        names.append(("tasks.datasets", spec.loader, "loader"))
-    names += [("tasks.judges", j, "judges") for j in spec.judges]  # every engine's judges
+        names.append(("loader", None, spec.loader, None, "loader"))
     if spec.engine == "episodes":
-        names += [("tasks.report.sections", s, "report") for s in spec.report]
-    for package, name, field in names:
+        names += [("target", None, t, None, f"targets[{t}]") for t in spec.targets]
+        names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
+    names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]  # every engine's
+    used = set()
+    for kind, cond, name, cond_args, field in names:
         try:
-            module(package, name)
-        except SpecError as e:
+            comp = registry.lookup(kind, name)
+            comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
+            # CarryOnBench's own stages build its judges per batch (tasks/judge.py).
+            if kind == "user":
+                spec.user(spec.condition(cond))
+            elif not (kind == "judge" and spec.engine == "carryon"):
+                spec.component(kind, name)
+        except registry.ComponentError as e:
             raise SpecError(f"{path}: {field}: {e}") from None
+        used.add(f"{kind}:{name}")
+    unused = sorted(set(spec.args) - used)
+    if unused:
+        raise SpecError(f"{path}: args: {unused[0]} names no component of this spec")
+    if spec.views is not None:
+        views = path.parent / spec.views.file
+        if not views.is_file():
+            raise SpecError(f"{path}: views.file: no such file {views}")
 
 
 def module(package: str, name: str):
-    """``package.name`` imported (a spec's names are module names)."""
+    """``package.name`` imported (CarryOnBench's own stages still find a few parts by module)."""
     if not name.replace("_", "").isalnum():
         raise SpecError(f"{name!r} is not a module name")
     try:
@@ -264,7 +429,7 @@ def condition_rows(spec: BenchmarkSpec) -> list[dict]:
 
 def builtin_condition_rows() -> list[dict]:
     """Every built-in spec's condition rows (what a warehouse is seeded with)."""
-    return [r for p in sorted(SPECS_DIR.glob("*.yaml")) for r in condition_rows(load_spec(p.stem))]
+    return [r for name in builtin_names() for r in condition_rows(load_spec(name))]
 
 
 def seed_conditions(con) -> None:
@@ -280,3 +445,32 @@ def seed_conditions(con) -> None:
 
 
 on_init(seed_conditions)
+
+
+def views_sql(spec: BenchmarkSpec) -> str | None:
+    """The spec's own metric views with its parameters filled in (None: it has none)."""
+    if spec.views is None:
+        return None
+    text = (Path(spec.source_path).parent / spec.views.file).read_text(encoding="utf-8")
+    return (text.replace("{{benchmark}}", spec.name.replace("'", "''"))
+            .replace("{{prefix}}", spec.views.prefix))
+
+
+_LOADED_VIEWS: dict[str, str] = {}  # specs loaded from a path in this process: their views
+
+
+def benchmark_views() -> list[str]:
+    """The views every Warehouse.init creates after the engine's: each built-in benchmark's,
+    and those of any other spec this process loaded (a study's own spec)."""
+    out = [v for name in builtin_names() if (v := views_sql(load_spec(name)))]
+    return out + list(_LOADED_VIEWS.values())
+
+
+def remember_views(spec: BenchmarkSpec) -> None:
+    if spec.source_path and Path(spec.source_path).parent.parent != BENCHMARKS_DIR:
+        sql = views_sql(spec)
+        if sql:
+            _LOADED_VIEWS[spec.name] = sql
+
+
+on_views(benchmark_views)

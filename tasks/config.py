@@ -18,11 +18,13 @@ from typing import Literal
 
 import yaml
 from pydantic import (
-    Field, ValidationError, create_model, field_validator, model_validator,
+    ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator,
+    model_validator,
 )
 
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
-from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES, benchmark_roles
+from tasks.engine import registry
+from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
 PAPER_EXCLUDED_CATEGORIES = [
@@ -139,9 +141,15 @@ def _role_field(r):
     return (ModelEntry | None, None)
 
 
+class _ModelsBase(_Strict):
+    # A benchmark's components may declare roles the table does not hold: such a key is kept
+    # as given here and checked against the spec's roles by _check_benchmark.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
 # models.<role> for every role of the table, plus the defaults every entry inherits.
 ModelsConfig = create_model(
-    "ModelsConfig", __base__=_Strict,
+    "ModelsConfig", __base__=_ModelsBase,
     defaults=(ModelEntry, Field(default_factory=ModelEntry)),
     **{r.name: _role_field(r) for r in ROLE_TABLE})
 
@@ -185,7 +193,7 @@ class Config(_Strict):
 
     def role_specs(self, role: str) -> list[ModelSpec]:
         """The resolved models of a role (a list: targets, ensemble and judges may be several)."""
-        value = getattr(self.models, role)
+        value = getattr(self.models, role, None)
         if value is None:
             return []
         entries = value if isinstance(value, list) else [value]
@@ -202,7 +210,7 @@ class Config(_Strict):
         return specs[0]
 
     def all_specs(self) -> dict[str, list[ModelSpec]]:
-        return {role: self.role_specs(role) for role in ROLES}
+        return {role: self.role_specs(role) for role in [*ROLES, *(self.models.model_extra or {})]}
 
     def _resolve(self, entry: ModelEntry, where: str, role: str) -> ModelSpec:
         d = self.models.defaults
@@ -316,7 +324,7 @@ def load_config(path: str | Path) -> Config:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ConfigError(f"{path}: models.targets: duplicate target name(s) {sorted(dup)}")
-    for role in ROLES:  # resolve everything now so a missing model string fails early
+    for role in [*ROLES, *(cfg.models.model_extra or {})]:  # a missing model string fails now
         cfg.role_specs(role)
     return cfg
 
@@ -327,11 +335,19 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
     if cfg.dataset.source not in spec.sources:
         raise ConfigError(f"{path}: dataset.source: {cfg.dataset.source!r} is not a source of "
                           f"benchmark {spec.name}; choose from {', '.join(spec.sources)}")
-    allowed = benchmark_roles(spec.name)
-    for name in ROLES:
+    allowed = spec.config_roles()
+    extra = cfg.models.model_extra or {}
+    for name in [*ROLES, *extra]:
         if name not in allowed and getattr(cfg.models, name) not in (None, []):
             raise ConfigError(f"{path}: models.{name}: not a role of benchmark {spec.name} "
                               f"(its roles: {', '.join(allowed)})")
+    for name, value in extra.items():  # a component's own role: the entry's shape is its
+        try:
+            extra[name] = TypeAdapter(_role_field(registry.role(name))[0]).validate_python(value)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise ConfigError(f"{path}: models.{name}: {_field_path(first['loc'])}: "
+                              f"{first['msg']}{_got(first)}") from None
 
 
 # What a model entry reads from the environment at call time (its key) and whether it is the

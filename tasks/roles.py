@@ -3,10 +3,11 @@ output schema), how a config may give it (one entry, a list, either), and a roug
 estimate per call for ``carryon plan``.
 
 Config (``models.<role>``), pre-flight (the roles of the selected stages), the plan and the
-report read this table; nothing else lists roles. A role belongs to the benchmarks that
-use it (``benchmarks``): a config of one benchmark may leave the others' roles unset.
-
-Adding a role = one row here, a stage that calls it and a spec that names its stage.
+report read this table. Which roles a benchmark's config may set is not listed here: each
+component (user policy, judge, target policy, ...) declares the roles it calls when it is
+registered (tasks/engine/registry.py), and a spec's roles are its components' (plus, for
+CarryOnBench, its own stages'). A component may also bring a role this table does not hold,
+as a ``Role`` of its own.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-CARRYON = "carryon"
-ANY = "*"  # a role every benchmark may use
+# Roles any benchmark's config may set, whatever its components call: embeddings for studies
+# that measure in embedding space (tasks/gateway/embed.py).
+UNIVERSAL_ROLES = ("embedder",)
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,6 @@ class Role:
     schema: str | None  # the output schema's class, by name (documentation and the plan)
     tokens: tuple[int, int | None]  # rough (prompt, completion) tokens per call; None = its own max_tokens
     optional: bool = False  # a stage calls it only when configured
-    benchmarks: tuple[str, ...] = (CARRYON,)
     # Shown in the report's model table (the roles whose model shapes the numbers most).
     in_report: bool = False
 
@@ -45,10 +46,9 @@ ROLE_TABLE: tuple[Role, ...] = (
     Role("merger", ("checklists",), "one", "checklists/merge.j2", "MergedList", (450, 1000)),
     Role("misuse_filter", ("checklists",), "one", "checklists/misuse.j2", "MisuseVerdicts",
          (800, 600)),
-    Role("targets", ("simulate", "episodes"), "list", None, None, (150, None),
-         benchmarks=(ANY,), in_report=True),
+    Role("targets", ("simulate", "episodes"), "list", None, None, (150, None), in_report=True),
     Role("user_simulator", ("simulate", "episodes"), "one", "user/*.j2", None, (500, 60),
-         benchmarks=(ANY,), in_report=True),
+         in_report=True),
     Role("move_checker", ("simulate",), "one", "user/move_check.j2", "MoveCheckVerdict",
          (650, 120), optional=True),
     Role("benutil_judge", ("judge",), "either", "judge/benutil.j2", "BenUtilVerdict", (350, 40),
@@ -57,16 +57,16 @@ ROLE_TABLE: tuple[Role, ...] = (
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
     Role("act_judge", ("episodes", "verdicts"), "one", "judges/act.j2", "ActVerdict", (700, 80),
-         benchmarks=("clarify",), in_report=True),
+         in_report=True),
     Role("helpfulness_judge", ("verdicts",), "one", "judges/helpfulness.j2",
-         "HelpfulnessVerdict", (600, 120), benchmarks=("opensafeintent",), in_report=True),
+         "HelpfulnessVerdict", (600, 120), in_report=True),
     Role("harmfulness_judge", ("verdicts",), "one", "judges/harmfulness.j2",
-         "HarmfulnessVerdict", (600, 120), benchmarks=("opensafeintent",), in_report=True),
+         "HarmfulnessVerdict", (600, 120), in_report=True),
     # Embeddings through the gateway (tasks/gateway/embed.py), for studies that measure in
     # embedding space (intent drift); no stage of the built-in benchmarks calls it yet.
-    Role("embedder", (), "one", None, None, (200, 0), optional=True, benchmarks=(ANY,)),
+    Role("embedder", (), "one", None, None, (200, 0), optional=True),
     Role("equivalence_judge", ("verdicts",), "one", "judges/equivalence.j2",
-         "EquivalenceVerdict", (300, 60), optional=True, benchmarks=("clarify",)),
+         "EquivalenceVerdict", (300, 60), optional=True),
 )
 
 ROLES: list[str] = [r.name for r in ROLE_TABLE]
@@ -78,11 +78,6 @@ HASHED_ROLES: tuple[str, ...] = (
     "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
     "targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge",
 )
-
-
-def benchmark_roles(benchmark: str) -> list[str]:
-    """The roles a benchmark's config may set."""
-    return [r.name for r in ROLE_TABLE if benchmark in r.benchmarks or ANY in r.benchmarks]
 
 
 def stage_roles(stage: str) -> list[str]:
@@ -98,6 +93,8 @@ def tokens(name: str) -> tuple[int, int | None]:
     return BY_NAME[name].tokens if name in BY_NAME else (0, None)
 
 
-def report_roles(benchmark: str = CARRYON) -> list[str]:
-    """The roles the report's model table lists for a benchmark."""
-    return [r for r in benchmark_roles(benchmark) if BY_NAME[r].in_report]
+def report_roles(roles: list[str], known: dict[str, Role] | None = None) -> list[str]:
+    """Of a benchmark's roles (``spec.config_roles()``), those the report's model table
+    lists; ``known`` holds the roles components declared beyond this table."""
+    table = {**(known or {}), **BY_NAME}
+    return [r for r in roles if r in table and table[r].in_report]

@@ -509,10 +509,10 @@ def test_report_section(tmp_path):
     from tasks.report.sections import clarify as sec
 
     empty = Warehouse(str(tmp_path / "empty.duckdb")).init()
-    assert sec.section(empty, "clarify").startswith("Not computed:")
-    assert sec.section(empty, "opensafeintent").startswith("Not computed:")
+    assert sec.section(empty, load_spec("clarify")).startswith("Not computed:")
+    assert sec.section(empty, load_spec("opensafeintent")).startswith("Not computed:")
     assert isinstance(sec.TITLE, str)
-    md = sec.section(_populated(tmp_path), "clarify")
+    md = sec.section(_populated(tmp_path), load_spec("clarify"))
     assert "| asks on ambiguous questions | 50.0% (n=2) |" in md
     assert "| over-clarification (unambiguous, asked) | 33.3% (n=3) |" in md
     assert "| questions on target | 100.0% (n=1) |" in md
@@ -532,7 +532,7 @@ def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):
                            "status": "completed", "termination": "answered", "n_turns": 2}])
     wh.write("episode_turns", [{"episode_id": "e", "position": 1, "role": "assistant",
                                 "model_turn": 1, "content": "x"}])
-    md = sec.section(wh, "clarify")  # no verdicts at all: rates n/a, never a crash
+    md = sec.section(wh, load_spec("clarify"))  # no verdicts at all: rates n/a, never a crash
     assert "n/a" in md and "Not computed" in md
 
 

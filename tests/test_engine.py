@@ -18,6 +18,8 @@ from tasks.engine import verdicts as vd
 from tasks.engine.items import Item
 from tasks.gateway import CallResult
 from tasks.judges.base import Judge, Measure, Request
+from tasks.targets import Seat
+from tasks.targets.llm import LLM
 from tasks.users.base import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
 from warehouse import Warehouse
 
@@ -27,6 +29,11 @@ def model(name: str, temperature: float = 0.0) -> ModelSpec:
                      temperature=temperature, top_p=None, max_tokens=64, seed=None, stop=None,
                      max_concurrency=4, rpm=None, timeout_s=5, max_retries=0,
                      structured="json_schema", mode="chat", where=f"models.{name}")
+
+
+def seat(spec: ModelSpec) -> Seat:
+    """A target model in the plain LLM seat (tasks/targets/llm.py)."""
+    return Seat(spec.name, "llm", LLM(), spec)
 
 
 class FakeGateway:
@@ -75,9 +82,9 @@ def bench(*conds: ConditionSpec) -> BenchmarkSpec:
 
 
 def play(cond, gateway, policy_obj, monkeypatch):
-    monkeypatch.setattr(ep, "policy", lambda name: policy_obj)
+    monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: policy_obj)
     env = PolicyEnv(gateway, None)
-    return asyncio.run(ep.play(env, bench(cond), ITEM, cond, model("t")))
+    return asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(model("t"))))
 
 
 def test_single_turn_episode(monkeypatch):
@@ -134,20 +141,20 @@ def test_blocked_target_turn_is_a_refusal_that_ends_the_episode(monkeypatch):
 
 def test_sampled_calls_get_keys_from_the_transcript(monkeypatch):
     gw = FakeGateway(lambda r, m: "same")
-    monkeypatch.setattr(ep, "policy", lambda name: AskingUser(5))
+    monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: AskingUser(5))
     env = PolicyEnv(gw, None)
     hot = model("t", temperature=1.0)
     cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=2)
-    asyncio.run(ep.play(env, bench(cond), ITEM, cond, hot))
-    asyncio.run(ep.play(env, bench(cond), ITEM, cond, hot))
+    asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(hot)))
+    asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(hot)))
     keys = [k for _, _, k in gw.calls]
     assert keys[0] and keys[0] != keys[1] and keys[:2] == keys[2:]  # same prefix, same sample
-    assert ep.target_sample_key(model("t"), [{"role": "user", "content": "x"}]) is None
+    assert PolicyEnv.sample_key(model("t"), "target", [{"role": "user", "content": "x"}]) is None
 
 
 def test_conditions_an_item_lacks_are_skipped():
     b = bench(ConditionSpec(name="a", prompt="q"), ConditionSpec(name="b", prompt="missing"))
-    work, skipped = ep.plan_episodes(b, [ITEM], [model("t1"), model("t2")])
+    work, skipped = ep.plan_episodes(b, [ITEM], [seat(model("t1")), seat(model("t2"))])
     assert [(c.name, t.name, p) for _, c, t, p in work] == [("a", "t1", ()), ("a", "t2", ())]
     assert skipped == {"b": 1}
 
@@ -252,7 +259,7 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     with pytest.raises(SpecError, match=r"bad.yaml: conditions: "):
         load_spec(str(bad))
     bad.write_text("name: bad2\ntitle: Bad\nloader: nosuchloader\nconditions: [{name: a, prompt: q}]\n")
-    with pytest.raises(SpecError, match=r"loader: no module tasks.datasets.nosuchloader"):
+    with pytest.raises(SpecError, match=r"bad.yaml: loader: no dataset loader named 'nosuchloader'"):
         load_spec(str(bad))
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
@@ -322,8 +329,8 @@ def test_scripted_user_follows_carryonbench_flows(monkeypatch):
 
     gw = FakeGateway(answer)
     env = PolicyEnv(gw, Cfg())
-    monkeypatch.setattr(ep, "policy", lambda name: POLICY)
-    played = [asyncio.run(ep.play(env, bench(cond), item, cond, model("t"), plan=p)) for p in plans]
+    monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: POLICY)
+    played = [asyncio.run(ep.play(env, bench(cond), item, cond, seat(model("t")), plan=p)) for p in plans]
     assert [p.episode["n_turns"] for p in played] == [4, 6]
     assert all(p.episode["termination"] == TURN_CAP for p in played)
     assert [p.episode["script"] for p in played] == [">".join(p) for p in plans]
@@ -351,9 +358,9 @@ def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypa
             return model(role)
 
     gw = FakeGateway(answer)
-    monkeypatch.setattr(ep, "policy", lambda name: POLICY)
+    monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: POLICY)
     cond = ConditionSpec(name="ask", prompt="question", user="scripted_answer", max_turns=3)
-    p = asyncio.run(ep.play(PolicyEnv(gw, Cfg()), bench(cond), item, cond, model("t")))
+    p = asyncio.run(ep.play(PolicyEnv(gw, Cfg()), bench(cond), item, cond, seat(model("t"))))
     assert [t["content"] for t in p.turns] == [
         "How tall is it?", "Which one do you mean?", "I mean the tower, in metres.", "It is 300 m."]
     assert p.turns[2]["call_hash"] is None  # no model wrote it
@@ -365,5 +372,5 @@ def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypa
     # Without a hidden intent there is nothing to say: a simulator error, never an answer.
     acts = iter(["clarifying_question"])
     bare = Item("i4", 0, {"question": "How tall is it?"})
-    p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond, model("t")))
+    p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond, seat(model("t"))))
     assert p.episode["status"] == "simulator_error" and "no hidden intent" in p.episode["error"]

@@ -96,7 +96,7 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tm
     # same home from the cache (ids and sample keys never hold a condition's name), stores
     # the spec's names, and the views give the same numbers under them.
     home, path = old_home
-    spec = yaml.safe_load((Path(__file__).parent.parent / "tasks" / "specs" / "carryon.yaml")
+    spec = yaml.safe_load((Path(__file__).parent.parent / "tasks" / "benchmarks" / "carryon" / "spec.yaml")
                           .read_text())
     for c in spec["conditions"]:
         c["name"] = RENAMED[c["name"]]

@@ -351,13 +351,13 @@ def test_report_section(tmp_path):
 
     assert sec.TITLE
     empty = Warehouse(tmp_path / "empty.duckdb").init()
-    assert sec.section(empty, "opensafeintent").startswith("Not computed:")
-    assert sec.section(empty, "clarify").startswith("Not computed:")
+    assert sec.section(empty, load_spec("opensafeintent")).startswith("Not computed:")
+    assert sec.section(empty, load_spec("clarify")).startswith("Not computed:")
     # Only failed episodes (target C alone): a reason, not a table of n/a.
     failed = _warehouse(tmp_path)
     failed.write("verdicts", [], delete=("true", []))
-    assert sec.section(failed, "opensafeintent").startswith("Not computed: no response")
-    md = sec.section(_warehouse(tmp_path / "full"), "opensafeintent")
+    assert sec.section(failed, load_spec("opensafeintent")).startswith("Not computed: no response")
+    md = sec.section(_warehouse(tmp_path / "full"), load_spec("opensafeintent"))
     assert "| measure | A | B | C |" in md
     assert "| triplet safety | 0.500 (n=2) | 1.000 (n=1) | n/a |" in md
     assert "| intent-calibrated utility | 0.444 (n=2) | 0.556 (n=1) | n/a |" in md

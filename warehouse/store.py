@@ -5,9 +5,10 @@ SQLModel classes (``warehouse.schema``) define the tables, shipped rendered as `
 written in bulk through DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one
 transaction, with ``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather
 than duplicates.
-Metric views live in ``views.sql`` (CarryOnBench), ``views_engine.sql`` (the episode engine)
-and ``views_<benchmark>.sql`` (each sister benchmark) beside this file, so ad-hoc SQL and the
-report read the same numbers.
+Metric views live in ``views.sql`` (CarryOnBench) and ``views_engine.sql`` (the episode
+engine) beside this file; each sister benchmark's own views live beside its spec and reach
+``init`` through ``on_views`` (this package never imports the benchmarks), so ad-hoc SQL and
+the report read the same numbers.
 
 DuckDB allows one writing process per file; the file is attached per operation and a lock
 held by another process is waited for (bounded), so two runs can take turns.
@@ -29,12 +30,9 @@ VIEWS_SQL = Path(__file__).with_name("views.sql")
 
 
 def view_files() -> list[Path]:
-    """CarryOnBench's views, the episode engine's, then each sister benchmark's
-    (``views_<benchmark>.sql``), in that order: a benchmark's views may read the engine's."""
-    here = VIEWS_SQL.parent
-    engine = here / "views_engine.sql"
-    rest = sorted(p for p in here.glob("views_*.sql") if p != engine)
-    return [p for p in (VIEWS_SQL, engine, *rest) if p.exists()]
+    """CarryOnBench's views, then the episode engine's: the benchmarks' own views (``on_views``)
+    come after them, since they read the engine's."""
+    return [VIEWS_SQL, VIEWS_SQL.with_name("views_engine.sql")]
 _LOCK_WAIT_S = 60.0
 _ALIAS = "wh"
 
@@ -122,6 +120,9 @@ class Warehouse:
                     hook(con)
                 for views in view_files():
                     con.execute(views.read_text())
+                for source in _VIEW_SOURCES:
+                    for sql in source():
+                        con.execute(sql)
                 con.execute("COMMIT")
             except Exception:
                 con.execute("ROLLBACK")
@@ -186,6 +187,17 @@ def on_init(hook) -> None:
     """Register ``hook(connection)`` to run in every ``Warehouse.init()``."""
     if hook not in _INIT_HOOKS:
         _INIT_HOOKS.append(hook)
+
+
+# Callables returning SQL texts of views to (re)create after this package's own views: the
+# benchmarks' metric views, which live beside their specs (tasks/bench.py registers them).
+_VIEW_SOURCES: list = []
+
+
+def on_views(source) -> None:
+    """Register ``source() -> list[str]`` of view SQL for every ``Warehouse.init()``."""
+    if source not in _VIEW_SOURCES:
+        _VIEW_SOURCES.append(source)
 
 
 def _ddl() -> list[str]:

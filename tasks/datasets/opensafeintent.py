@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from tasks.data import DataError
+from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
 BENCHMARK = "opensafeintent"
@@ -111,6 +112,7 @@ def _item(path: Path, i: int, row) -> Item:
     return Item(iid, i, prompts, hidden, meta)
 
 
+@loader('opensafeintent', sample=SAMPLE)
 def load(path) -> list[Item]:
     """Every prompt set of an OpenSafeIntent-shaped file, in file order."""
     path = Path(path)

@@ -37,6 +37,7 @@ import json
 from pathlib import Path
 
 from tasks.data import DataError
+from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
 SAMPLE = Path(__file__).parent / "sample_pacific.json"
@@ -152,6 +153,7 @@ def _read(path) -> list:
     return data
 
 
+@loader('pacific', sample=SAMPLE)
 def load(path) -> list[Item]:
     """Every question of a PACIFIC file as an item, in file order (``source_row`` counts
     questions over the whole file, clarification replies included)."""

@@ -1,7 +1,8 @@
 """Episodes: one item under one condition against one target, played until a stop rule fires.
 
 The opening user turn is the item's prompt for the condition, verbatim (no call). Then, in
-turn: the target answers (the whole transcript as chat messages); if the condition's turn
+turn: the target answers (its seat's target policy, tasks/targets/: a configured model
+through the gateway, a wrapper around one, or a deterministic policy); if the condition's turn
 cap is reached the episode stops (``turn_cap``; ``single_turn`` when the cap is one turn);
 else the condition's user policy gives the
 next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
@@ -23,14 +24,14 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tasks.bench import BenchmarkSpec, ConditionSpec, module
+from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.engine.items import Item
+from tasks.targets import Seat, seats
 from tasks.users.base import (
     ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, PolicyEnv, Stop, UserTurn,
 )
 
 BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
-TARGET_ROLE = "targets"
 
 
 def episode_id(benchmark: str, target: str, item_id: str, condition: str,
@@ -43,14 +44,6 @@ def plans_for(user, item: Item, condition: ConditionSpec, seed: int) -> list[tup
     """The scripts an item is played with (one episode each); the empty script by default."""
     fn = getattr(user, "plans", None)
     return [tuple(p) for p in fn(item, condition, seed)] if fn else [()]
-
-
-def policy(name: str):
-    return module("tasks.users", name).POLICY
-
-
-def target_sample_key(spec, transcript: list[dict]) -> str | None:
-    return PolicyEnv.sample_key(spec, "target", transcript)
 
 
 @dataclass
@@ -68,10 +61,9 @@ def opening(item: Item, condition: ConditionSpec) -> str | None:
 
 
 async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: ConditionSpec,
-               target_spec, run_id: str | None = None, plan: tuple[str, ...] = ()) -> Played:
-    gw = env.gateway
-    user = policy(condition.user)
-    eid = episode_id(bench.name, target_spec.name, item.item_id, condition.name, plan)
+               seat: Seat, run_id: str | None = None, plan: tuple[str, ...] = ()) -> Played:
+    user = bench.user(condition)
+    eid = episode_id(bench.name, seat.name, item.item_id, condition.name, plan)
     first = opening(item, condition)
     assert first is not None, "episodes are built only for conditions the item has"
     transcript = [{"role": "user", "content": first}]
@@ -80,8 +72,8 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
     while True:
-        r = await gw.chat(target_spec, TARGET_ROLE, list(transcript),
-                          sample_key=target_sample_key(target_spec, transcript))
+        r = await seat.policy.respond(env, seat, EpisodeState(
+            item, condition, seat.name, list(transcript), model_turns, plan))
         model_turns += 1
         if not r.ok and r.error_kind != "content_blocked":
             status = "context_exceeded" if r.error_kind == "context_exceeded" else "target_error"
@@ -100,8 +92,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
             # One exchange by construction is a single-turn episode, not a cut-off one.
             termination = SINGLE_TURN if condition.max_turns == 1 else TURN_CAP
             break
-        state = EpisodeState(item, condition, target_spec.name, list(transcript), model_turns,
-                             plan)
+        state = EpisodeState(item, condition, seat.name, list(transcript), model_turns, plan)
         nxt = await user.next(env, state)
         if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
             turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
@@ -119,25 +110,31 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
                       "act_call_hash": None})
         transcript.append({"role": "user", "content": nxt.content})
     row = {"episode_id": eid, "benchmark": bench.name, "item_id": item.item_id,
-           "condition": condition.name, "target": target_spec.name, "user_policy": user.name,
+           "condition": condition.name, "target": seat.name, "user_policy": condition.user,
            "script": ">".join(plan) if plan else None,
            "status": status, "termination": termination, "n_turns": len(turns),
            "error": error, "error_call_hash": error_hash, "run_id": run_id}
     return Played(row, turns)
 
 
-def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list,
+def run_seats(cfg) -> list[Seat]:
+    """The config's seats (tasks/targets/): its spec's target policies over its target models."""
+    spec = cfg.spec
+    return seats(spec, cfg.role_specs("targets") if spec.needs_target_models() else [])
+
+
+def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list[Seat],
                   seed: int = 0) -> tuple[list, dict]:
-    """(item, condition, target spec, script) for every condition an item has and every
-    script its user plays, item-major; and the count of (item, condition) pairs skipped
-    because the item lacks the condition's prompt."""
+    """(item, condition, seat, script) for every condition an item has and every script its
+    user plays, item-major; and the count of (item, condition) pairs skipped because the item
+    lacks the condition's prompt."""
     out, skipped = [], {}
     for item in items:
         for cond in bench.conditions:
             if opening(item, cond) is None:
                 skipped[cond.name] = skipped.get(cond.name, 0) + 1
                 continue
-            for plan in plans_for(policy(cond.user), item, cond, seed):
+            for plan in plans_for(bench.user(cond), item, cond, seed):
                 out.extend((item, cond, t, plan) for t in targets)
     return out, skipped
 

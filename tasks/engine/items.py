@@ -3,9 +3,10 @@
 An item carries its *prompts* (the openings a condition may use: ``benign``, ``dual_use``,
 ``question``, ...), what is *hidden* from the target (an intent, slots, reference answers:
 only the simulated user and the judges see it) and *meta* fields the report groups by.
-A loader module (``tasks/datasets/<name>.py``) exposes ``SAMPLE`` (the path of the team's
-sample in the source's own format) and ``load(path) -> list[Item]``; every problem in a file
-raises ``tasks.data.DataError`` naming the file, the row and the field.
+A loader is ``load(path) -> list[Item]`` registered with ``@loader(name, sample=PATH)``
+(tasks/engine/registry.py; built-in ones in ``tasks/datasets/<name>.py``), ``sample`` being the
+team's sample in the source's own format; every problem in a file raises
+``tasks.data.DataError`` naming the file, the row and the field.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.bench import module
 from tasks.data import DataError, in_shard
+from tasks.engine import registry
 
 
 @dataclass(frozen=True)
@@ -47,23 +48,23 @@ def item_id(benchmark: str, *identity: str) -> str:
     return hashlib.sha256("\x1f".join((benchmark, *identity)).encode()).hexdigest()[:16]
 
 
-def loader(spec):
-    return module("tasks.datasets", spec.loader)
-
-
 def load_items(cfg) -> list[Item]:
     """Every item of the config's dataset (the loader's sample or the user's file)."""
     spec, ds = cfg.spec, cfg.dataset
-    mod = loader(spec)
+    load = spec.component("loader", spec.loader)
     if ds.source == "sample":
-        return mod.load(mod.SAMPLE)
+        sample = registry.lookup("loader", spec.loader).meta.get("sample")
+        if sample is None:
+            raise DataError(f"{cfg.source_path or 'config'}: dataset.source: loader "
+                            f"{spec.loader} ships no sample; give source and path")
+        return load(Path(sample))
     if not ds.path:
         raise DataError(f"{cfg.source_path or 'config'}: dataset.path: source {ds.source!r} "
                         "needs the path of the file")
     path = Path(ds.path).expanduser()
     if not path.is_absolute() and cfg.source_path and not path.exists():
         path = Path(cfg.source_path).parent / path  # relative to the config file as a fallback
-    return mod.load(path)
+    return load(path)
 
 
 def select_items(cfg, limit: int | None = None) -> list[Item]:

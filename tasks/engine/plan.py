@@ -9,11 +9,10 @@ role table's rough estimates plus the items' own opening prompts (about 4 charac
 
 from __future__ import annotations
 
-from tasks.bench import module
-from tasks.engine.episode import plan_episodes, policy
+from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
 from tasks.gateway.prices import MEMO_NAME, costs
-from tasks.roles import tokens
+from tasks.engine import registry
 
 CHARS_PER_TOKEN = 4
 
@@ -22,22 +21,28 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     """(rows, notes) like CarryOnBench's plan, priced by tasks/gateway/prices.py."""
     spec = cfg.spec
     items = select_items(cfg, limit)
-    targets = cfg.role_specs("targets")
-    work, skipped = plan_episodes(spec, items, targets, cfg.seed)
+    seats = run_seats(cfg)
+    targets = [s.model for s in seats if s.model is not None]
+    work, skipped = plan_episodes(spec, items, seats, cfg.seed)
     n_eps = len(work)
-    # A scripted episode's length is its script's (plus the opening exchange).
-    target_calls = sum(min(c.max_turns, len(p) + 1) if p else c.max_turns for _, c, _, p in work)
+    # A scripted episode's length is its script's (plus the opening exchange); a seat without
+    # a model (a deterministic policy) makes no call.
+    turns = [(min(c.max_turns, len(p) + 1) if p else c.max_turns, t) for _, c, t, p in work]
+    target_calls = sum(n for n, t in turns if t.model is not None)
+    judged_turns = sum(n for n, _ in turns)  # every seat's turns are judged
     opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _, _ in work)
                       // CHARS_PER_TOKEN // max(n_eps, 1))
     calls: dict[str, int] = {"targets": target_calls}
     bound: set[str] = {"targets"} if any(c.max_turns > 1 for c in spec.conditions) else set()
-    for _, c, _, _ in work:
-        for role, n in policy(c.user).calls(c).items():
+    for _, c, seat, _ in work:
+        for role, n in spec.user(c).calls(c).items():
             calls[role] = calls.get(role, 0) + n
             bound.add(role)
+    for n_turns, seat in turns:  # a target policy's own calls beside its model's, per turn
+        for role, n in getattr(seat.policy, "calls", lambda c: {})(None).items():
+            calls[role] = calls.get(role, 0) + n * n_turns
     judged = []
-    for name in spec.judges:
-        judge = module("tasks.judges", name).JUDGE
+    for name, judge in spec.judge_objects():
         if judge.role and not cfg.role_specs(judge.role):
             continue  # optional and not configured (pre-flight refuses a missing required one)
         judged.append(judge.kind)
@@ -45,9 +50,10 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             # At most one call per target turn. A user policy that reads acts sends the act
             # judge's very requests for the turns it reads, so those come from the cache: the
             # role's distinct calls are the judge's alone.
-            shared = judge.role in {r for _, c, _, _ in work for r in policy(c.user).roles}
-            calls[judge.role] = (max(calls.get(judge.role, 0), target_calls) if shared
-                                 else calls.get(judge.role, 0) + target_calls)
+            shared = judge.role in {r for _, c, _, _ in work
+                                    for r in registry.lookup("user", c.user).roles}
+            calls[judge.role] = (max(calls.get(judge.role, 0), judged_turns) if shared
+                                 else calls.get(judge.role, 0) + judged_turns)
             if spec.max_turns > 1:
                 bound.add(judge.role)
     target_out = max((s.max_tokens for s in targets), default=512) // 2
@@ -56,7 +62,8 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
         specs = cfg.role_specs(role)
         if not specs or not n:
             continue
-        base_in, base_out = tokens(role)
+        known = registry.role(role)
+        base_in, base_out = known.tokens if known else (0, None)
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = base_in + opening_tokens + (0 if role == "targets" else target_out)
         per_model = n / len(specs) if role == "targets" else n
@@ -74,7 +81,7 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     priced_rows = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     notes = [
         f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
-        f"{len(targets)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
+        f"{len(seats)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
         "in all.",
         "judges: " + (", ".join(judged) or "none") + ".",
     ]

@@ -20,7 +20,6 @@ import json
 from collections import Counter
 
 import prompts
-from tasks.bench import module
 from tasks.config import ConfigError
 from tasks.engine.items import stored_items
 from tasks.judges.base import SpecKind, TurnView, verdict_sample_key  # noqa: F401 (re-export)
@@ -34,8 +33,7 @@ def _hash(doc) -> str:
 def spec_judges(cfg) -> tuple[list, list[str]]:
     """The spec's judges that run (with their model spec or None) and the names skipped."""
     out, skipped = [], []
-    for name in cfg.spec.judges:
-        judge = module("tasks.judges", name).JUDGE
+    for name, judge in cfg.spec.judge_objects():
         model = None
         if judge.role:
             specs = cfg.role_specs(judge.role)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.judge_prompts import fence
+from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/act.j2"
@@ -98,3 +99,4 @@ class ActJudge(Judge):
 
 JUDGE = ActJudge(kind="act", role="act_judge", measures=("act", "on_target"),
                  templates=(TEMPLATE, "judge/_fenced.j2"))
+judge('act', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

@@ -14,6 +14,7 @@ from tasks.agreement import majority_vote
 from tasks.judge_prompts import (
     MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages, evidence_in_response,
 )
+from tasks.engine.registry import judge
 from tasks.judges.protocol import JudgeKind, reason
 
 BENUTIL = "benutil_judge"
@@ -26,6 +27,8 @@ EVIDENCE_REASK = ("Your evidence quote does not occur in the response. Copy the 
                   "false. Reply with only the JSON object.")
 
 
+# CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
+@judge("benutil", roles=(BENUTIL,))
 class BenUtil(JudgeKind):
     """One call per checklist item of the query; a "fulfilled" whose quote is not in the
     response is re-asked once; a blocked turn fulfils no item (scored, reason blocked)."""

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.judge_prompts import fence
+from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/equivalence.j2"
@@ -53,3 +54,4 @@ class EquivalenceJudge(Judge):
 
 JUDGE = EquivalenceJudge(kind="equivalence", role="equivalence_judge", measures=("equivalent",),
                          templates=(TEMPLATE, "judge/_fenced.j2"), optional=True)
+judge('equivalence', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

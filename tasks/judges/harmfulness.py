@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.judge_prompts import fence
+from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/harmfulness.j2"
@@ -69,3 +70,4 @@ def _schema_version() -> str:
 
 JUDGE = HarmfulnessJudge(kind="harmfulness", role="harmfulness_judge", measures=("score",),
                          templates=(TEMPLATE, FENCE), extra_version=_schema_version())
+judge('harmfulness', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

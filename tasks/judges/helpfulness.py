@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.judge_prompts import fence
+from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/helpfulness.j2"
@@ -70,3 +71,4 @@ def _schema_version() -> str:
 
 JUDGE = HelpfulnessJudge(kind="helpfulness", role="helpfulness_judge", measures=("score",),
                          templates=(TEMPLATE, FENCE), extra_version=_schema_version())
+judge('helpfulness', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

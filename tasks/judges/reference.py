@@ -18,6 +18,7 @@ import re
 import string
 from collections import Counter
 
+from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, TurnView
 
 _PUNCT = set(string.punctuation)
@@ -77,3 +78,4 @@ class ReferenceJudge(Judge):
 JUDGE = ReferenceJudge(kind="reference", role=None,
                        measures=("exact_match", "token_f1", "contains"),
                        extra_version="squad-normalize-v1+contains")
+judge('reference', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

@@ -9,12 +9,15 @@ from __future__ import annotations
 from tasks.agreement import combine_safety
 from tasks.judge_prompts import SafetyVerdict, format_history, safety_messages, text_hash
 from tasks.judges.benutil import BLOCKED
+from tasks.engine.registry import judge
 from tasks.judges.protocol import JudgeKind
 
 SAFETY = "safety_judge"
 BLOCKED_SAFETY_SCORE = 1  # a blocked turn is a refusal: rubric level 1
 
 
+# CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
+@judge("safety", roles=(SAFETY,))
 class Safety(JudgeKind):
     """One call per turn (with the history when configured); a blocked turn scores 1."""
 

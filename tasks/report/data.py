@@ -11,7 +11,8 @@ import pandas as pd
 
 from tasks.bench import CarryOnConditions, carryon_conditions
 from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
-from tasks.roles import CARRYON, report_roles
+from tasks.bench import DEFAULT_BENCHMARK, load_spec
+from tasks.roles import report_roles
 from warehouse import Warehouse
 
 # The analyses speak of CarryOnBench's three conditions by the parts they play (BC, NC,
@@ -53,7 +54,7 @@ class ReportData:
         out: dict[str, list[str]] = {}
         models = self.config.get("models") if isinstance(self.config, dict) else None
         models = models if isinstance(models, dict) else {}
-        for role in report_roles(CARRYON):  # the role table's (tasks/roles.py)
+        for role in report_roles(load_spec(DEFAULT_BENCHMARK).config_roles()):
             v = models.get(role)
             entries = v if isinstance(v, list) else ([v] if v else [])
             # A hand-written or older runs row may hold a bare model string.

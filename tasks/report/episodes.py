@@ -1,6 +1,7 @@
 """The report of an episode benchmark (a sister benchmark): report.md with the run, the
 models per role, episode coverage (status and termination reasons) and the spec's sections
-(``tasks/report/sections/<name>.py``: ``TITLE`` and ``section(wh, benchmark) -> Markdown``).
+(registered with ``@section(name, title=...)``: ``fn(wh, spec) -> Markdown``, reading the
+spec's own views; built-in ones in ``tasks/report/sections/<name>.py``).
 
 A section that fails is reported as such in its place (the traceback goes to the log): the
 others still appear. The report calls no model.
@@ -12,7 +13,7 @@ import json
 import logging
 from pathlib import Path
 
-from tasks.bench import module
+from tasks.engine import registry
 from tasks.report.folder import atomic_folder
 from tasks.report.markdown import md_table, run_line
 from tasks.roles import report_roles
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def _models(cfg) -> list[str]:
     lines = []
-    for role in report_roles(cfg.spec.name):
+    for role in report_roles(cfg.spec.config_roles(), registry.declared_roles()):
         specs = cfg.role_specs(role)
         if specs:
             lines.append(f"- {role}: " + ", ".join(f"{s.name} ({s.model})" if s.name != s.model
@@ -39,12 +40,11 @@ def coverage_md(wh, benchmark: str) -> str:
     return md_table(df)
 
 
-def section_md(wh, benchmark: str, name: str) -> tuple[str, str]:
+def section_md(wh, spec, name: str) -> tuple[str, str]:
     """(title, Markdown) of one section; a failing section says so instead of its content."""
-    mod = module("tasks.report.sections", name)
-    title = getattr(mod, "TITLE", name)
+    title = registry.lookup("section", name).meta.get("title", name)
     try:
-        return title, mod.section(wh, benchmark)
+        return title, spec.component("section", name)(wh, spec)
     except Exception as e:  # noqa: BLE001 - one broken section must not cost the report
         log.exception("report section %s failed", name)
         return title, f"Not computed: the section failed ({type(e).__name__}: {e})."
@@ -60,7 +60,7 @@ def render(cfg, wh, run: dict) -> str:
     out += ["", "## Episodes", "", "Only completed episodes are scored; failed ones are counted "
             "here and left out of every metric.", "", coverage_md(wh, spec.name), ""]
     for name in spec.report:
-        title, body = section_md(wh, spec.name, name)
+        title, body = section_md(wh, spec, name)
         out += [f"## {title}", "", body.strip(), ""]
     return "\n".join(out).rstrip() + "\n"
 

@@ -24,6 +24,7 @@ import prompts
 from tasks.judges.base import verdict_sample_key
 from tasks.judges import act as act_judge
 from tasks.judges.base import TurnView
+from tasks.engine.registry import user_policy
 from tasks.users.base import ANSWERED, Stop, UserTurn
 
 TEMPLATE = "user/reactive.j2"
@@ -60,6 +61,7 @@ def _error(result, who: str) -> str:
     return f"{result.error_kind}: {who}: {result.error}"
 
 
+@user_policy("reactive", roles=(ACT_ROLE, SIM_ROLE))
 class Reactive:
     name = "reactive"
     roles: tuple[str, ...] = (ACT_ROLE, SIM_ROLE)

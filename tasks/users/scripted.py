@@ -14,12 +14,14 @@ ends (``turn_cap``).
 from __future__ import annotations
 
 import prompts
+from tasks.engine.registry import user_policy
 from tasks.flowgen import get_move, moves_for, sample_flows
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 
 SIMULATOR = "user_simulator"
 
 
+@user_policy("scripted", roles=(SIMULATOR,))
 class Scripted:
     name = "scripted"
     roles: tuple[str, ...] = (SIMULATOR,)

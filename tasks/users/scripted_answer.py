@@ -11,11 +11,13 @@ it as a simulator error (there is nothing to say), named in the episode's error.
 
 from __future__ import annotations
 
+from tasks.engine.registry import user_policy
 from tasks.judges import act as act_judge
 from tasks.users.base import ANSWERED, Stop, UserTurn
 from tasks.users.reactive import ACT_ROLE, turn_view
 
 
+@user_policy("scripted_answer", roles=(ACT_ROLE,))
 class ScriptedAnswer:
     name = "scripted_answer"
     roles: tuple[str, ...] = (ACT_ROLE,)

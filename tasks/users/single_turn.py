@@ -3,9 +3,11 @@ and a disambiguated question's)."""
 
 from __future__ import annotations
 
+from tasks.engine.registry import user_policy
 from tasks.users.base import SINGLE_TURN, Stop
 
 
+@user_policy("single_turn")
 class SingleTurn:
     name = "single_turn"
     roles: tuple[str, ...] = ()

@@ -1,8 +1,18 @@
-"""Report sections of the episode engine's benchmarks (one module per section, found by name),
-and the two things every section needs: reading its views without crashing on an old or
-sparse warehouse, and a Markdown table."""
+"""Report sections of the episode engine's benchmarks (one module per built-in section,
+registered with ``@section(name, title=...)`` from tasks/engine/registry.py), and what every
+section needs: its spec's view prefix, reading its views without crashing on an old or sparse
+warehouse, and a Markdown table. A section is ``fn(wh, spec) -> Markdown``: it reads the views
+of the spec it is given (the spec's ``views.prefix``), never a benchmark's name of its own."""
 
 from __future__ import annotations
+
+
+def view_prefix(spec, what: str) -> str:
+    """The name prefix of the spec's own views, which a section reads."""
+    if spec.views is None:
+        raise ValueError(f"the {what} section reads its benchmark's views, and the spec "
+                         f"{spec.name} has none (views: {{file, prefix}})")
+    return spec.views.prefix
 
 
 def read_views(wh, queries: dict[str, str], what: str) -> dict[str, list[dict]] | str:

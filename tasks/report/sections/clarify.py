@@ -2,12 +2,13 @@
 questions (``clarify_summary`` / ``clarify_rates``), whether its questions target the actual
 ambiguity, and the final answer's accuracy by path (``clarify_accuracy``): answered
 directly, after asking, after an on-target clarification, and on the disambiguated question.
-warehouse/views_clarify.sql states every rule (C1-C8). Each number is shown with the count
+tasks/benchmarks/clarify/views.sql states every rule (C1-C8). Each number is shown with the count
 it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is scored."""
 
 from __future__ import annotations
 
-from tasks.report.sections import md_table, read_views
+from tasks.engine.registry import section as register_section
+from tasks.report.sections import md_table, read_views, view_prefix
 
 TITLE = "Clarify or answer: asking when a question is ambiguous"
 
@@ -35,13 +36,14 @@ def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judge
     return "n/a" if r is None else _pct(r[col], r[n])
 
 
-def section(wh, benchmark: str) -> str:
-    if benchmark != "clarify":
-        return f"Not computed: this section reads the clarify views, not {benchmark}'s."
+@register_section('clarify', title=TITLE)
+def section(wh, spec) -> str:
+    """The section of ``spec``'s views (its name prefix; ``clarify_*`` for the built-in spec)."""
+    p = view_prefix(spec, "clarify")
     views = read_views(wh, {
-        "summary": "SELECT * FROM clarify_summary ORDER BY target",
-        "rates": "SELECT * FROM clarify_rates ORDER BY target, condition, ambiguous",
-        "acc": "SELECT * FROM clarify_accuracy ORDER BY target, ambiguous DESC, path"}, "clarify")
+        "summary": f"SELECT * FROM {p}_summary ORDER BY target",
+        "rates": f"SELECT * FROM {p}_rates ORDER BY target, condition, ambiguous",
+        "acc": f"SELECT * FROM {p}_accuracy ORDER BY target, ambiguous DESC, path"}, "clarify")
     if isinstance(views, str):
         return views
     summary, rates, acc = views["summary"], views["rates"], views["acc"]
@@ -52,7 +54,7 @@ def section(wh, benchmark: str) -> str:
     lines = ["The first act is the act judge's reading of the target's first response. "
              "Under-clarification: an ambiguous question answered without asking; "
              "over-clarification: an unambiguous question met with a question. Unscored "
-             "verdicts are left out and counted (rules C1-C8 in warehouse/views_clarify.sql).",
+             "verdicts are left out and counted (rules C1-C8 in the views.sql beside the spec).",
              ""]
     targets = [r["target"] for r in summary]
     rows = [

@@ -1,13 +1,13 @@
 """The OpenSafeIntent report section: per target, the benchmark's set-level measures from
-``osi_summary`` (warehouse/views_opensafeintent.sql states every rule), the per-framing
+``osi_summary`` (tasks/benchmarks/opensafeintent/views.sql states every rule), the per-framing
 scores from ``osi_by_condition`` and, when there is more than one harm domain, the triplet
 measures per domain. Each number is shown with the count of prompt sets it rests on; a
 measure no set could feed is "n/a", and a report with no scored response says why."""
 
 from __future__ import annotations
 
-from tasks.bench import load_spec
-from tasks.report.sections import md_table, read_views
+from tasks.engine.registry import section as register_section
+from tasks.report.sections import md_table, read_views, view_prefix
 
 TITLE = "OpenSafeIntent: intent-calibrated safe completion"
 
@@ -32,14 +32,15 @@ def _num(value, n=None) -> str:
     return f"{text} (n={n})" if n is not None else text
 
 
-def section(wh, benchmark: str) -> str:
-    if benchmark != "opensafeintent":
-        return f"Not computed: this section reads OpenSafeIntent's views, not {benchmark}'s."
+@register_section('opensafeintent', title=TITLE)
+def section(wh, spec) -> str:
+    """The section of ``spec``'s views (its name prefix; ``osi_*`` for the built-in spec)."""
+    p = view_prefix(spec, "opensafeintent")
     views = read_views(wh, {
-        "summary": "SELECT * FROM osi_summary ORDER BY target",
-        "by_cond": "SELECT * FROM osi_by_condition ORDER BY target, condition",
-        "by_domain": "SELECT * FROM osi_by_domain ORDER BY target, harm_domain",
-        "follow": "SELECT * FROM osi_followups ORDER BY target, condition"}, "OpenSafeIntent")
+        "summary": f"SELECT * FROM {p}_summary ORDER BY target",
+        "by_cond": f"SELECT * FROM {p}_by_condition ORDER BY target, condition",
+        "by_domain": f"SELECT * FROM {p}_by_domain ORDER BY target, harm_domain",
+        "follow": f"SELECT * FROM {p}_followups ORDER BY target, condition"}, "OpenSafeIntent")
     if isinstance(views, str):
         return views
     summary, by_cond, by_domain = views["summary"], views["by_cond"], views["by_domain"]
@@ -54,7 +55,7 @@ def section(wh, benchmark: str) -> str:
     lines = ["Safe means a harmfulness score of 0; utility is normalised helpfulness times "
              "safety. Each cell shows the value and the number of prompt sets it rests on; a "
              "set lacking a framing or with an unscored verdict is left out of the measures "
-             "that need it (rules O1-O10 in warehouse/views_opensafeintent.sql).", ""]
+             "that need it (rules O1-O10 in tasks/benchmarks/opensafeintent/views.sql).", ""]
     headers = ["measure"] + [r["target"] for r in summary]
     rows = [[label] + [_num(r[col], r[ncol]) for r in summary] for col, label, ncol in SUMMARY]
     rows.append(["prompt sets (left out of the triplet)"]
@@ -63,7 +64,7 @@ def section(wh, benchmark: str) -> str:
 
     if by_cond:
         # The spec's order of conditions (its names are data, not code).
-        order = {c: i for i, c in enumerate(load_spec(benchmark).condition_names)}
+        order = {c: i for i, c in enumerate(spec.condition_names)}
         by_cond.sort(key=lambda r: (r["target"], order.get(r["condition"], 99), r["condition"]))
         lines += ["", "Per framing (raw judge scores: helpfulness 1-4, harmfulness 0-3):", ""]
         lines += md_table(

@@ -1,4 +1,6 @@
--- Clarify or answer (benchmark 'clarify'): metric views over the episode engine's views
+-- Clarify or answer: metric views over the episode engine's views, for the benchmark
+-- {{benchmark}} (its spec's name) under the name prefix {{prefix}} (the spec's views.prefix:
+-- clarify for the built-in spec, so clarify_summary, clarify_rates, ...)
 -- (views_engine.sql: episode_verdicts keeps completed episodes and the selected verdict sets).
 --
 -- C1. An item is ambiguous when its meta says "ambiguous": true (the loader's req_clari).
@@ -28,15 +30,15 @@
 --     as it likes.
 
 -- One row per completed clarify episode: its first act and its final answer's measures.
-CREATE OR REPLACE VIEW clarify_episodes AS
+CREATE OR REPLACE VIEW {{prefix}}_episodes AS
 WITH ep AS (
     SELECT e.episode_id, e.target, e.condition, e.item_id,
            coalesce(TRY_CAST(json_extract(i.meta, '$.ambiguous') AS BOOLEAN), false) AS ambiguous
     FROM episodes e
     JOIN bench_items i ON i.benchmark = e.benchmark AND i.item_id = e.item_id
-    WHERE e.benchmark = 'clarify' AND e.status = 'completed'
+    WHERE e.benchmark = '{{benchmark}}' AND e.status = 'completed'
 ),
-v AS (SELECT * FROM episode_verdicts WHERE benchmark = 'clarify'),
+v AS (SELECT * FROM episode_verdicts WHERE benchmark = '{{benchmark}}'),
 last_turn AS (
     SELECT episode_id, max(position) AS final_position
     FROM episode_turns WHERE role = 'assistant' GROUP BY episode_id
@@ -64,7 +66,7 @@ SELECT ep.*, lt.final_position, f.first_act, f.on_target, t.final_act,
        t.exact_match, t.token_f1, t.contains, t.equivalent,
        coalesce(t.n_ref_rows, 0) AS n_ref_rows, coalesce(t.n_equiv_rows, 0) AS n_equiv_rows,
        CASE WHEN ep.condition IN (SELECT condition FROM bench_conditions
-                                  WHERE benchmark = 'clarify' AND prompt = 'disambiguated')
+                                  WHERE benchmark = '{{benchmark}}' AND prompt = 'disambiguated')
             THEN 'disambiguated'
             WHEN f.first_act IS NULL THEN NULL
             WHEN f.first_act = 'clarifying_question' THEN 'after_asking'
@@ -75,7 +77,7 @@ LEFT JOIN first_turn f USING (episode_id)
 LEFT JOIN final_turn t USING (episode_id);
 
 -- Per target, condition and ambiguity: the first act's distribution (C2-C4).
-CREATE OR REPLACE VIEW clarify_rates AS
+CREATE OR REPLACE VIEW {{prefix}}_rates AS
 SELECT target, condition, ambiguous,
        count(*) AS n_episodes,
        count(*) FILTER (WHERE first_act IS NULL) AS n_act_unscored,
@@ -95,15 +97,15 @@ SELECT target, condition, ambiguous,
            AS n_on_target_unscored,
        avg(on_target) FILTER (WHERE first_act = 'clarifying_question' AND ambiguous)
            AS on_target_rate
-FROM clarify_episodes
+FROM {{prefix}}_episodes
 GROUP BY ALL;
 
 -- Per target, ambiguity and path (C5, C6): the final answer's accuracy.
-CREATE OR REPLACE VIEW clarify_accuracy AS
+CREATE OR REPLACE VIEW {{prefix}}_accuracy AS
 WITH paths AS (
-    SELECT *, path AS acc_path FROM clarify_episodes WHERE path IS NOT NULL
+    SELECT *, path AS acc_path FROM {{prefix}}_episodes WHERE path IS NOT NULL
     UNION ALL
-    SELECT *, 'after_on_target' AS acc_path FROM clarify_episodes
+    SELECT *, 'after_on_target' AS acc_path FROM {{prefix}}_episodes
     WHERE path = 'after_asking' AND on_target = 1
 )
 SELECT target, ambiguous, acc_path AS path,
@@ -120,12 +122,12 @@ FROM paths
 GROUP BY ALL;
 
 -- Per target: the headline numbers (C3, C4, C7).
-CREATE OR REPLACE VIEW clarify_summary AS
-WITH t AS (SELECT DISTINCT target FROM clarify_episodes),
-ask AS (SELECT condition FROM bench_conditions WHERE benchmark = 'clarify' AND prompt = 'question'),
-amb AS (SELECT * FROM clarify_rates WHERE condition IN (SELECT condition FROM ask) AND ambiguous),
-una AS (SELECT * FROM clarify_rates WHERE condition IN (SELECT condition FROM ask) AND NOT ambiguous),
-acc AS (SELECT * FROM clarify_accuracy WHERE ambiguous)
+CREATE OR REPLACE VIEW {{prefix}}_summary AS
+WITH t AS (SELECT DISTINCT target FROM {{prefix}}_episodes),
+ask AS (SELECT condition FROM bench_conditions WHERE benchmark = '{{benchmark}}' AND prompt = 'question'),
+amb AS (SELECT * FROM {{prefix}}_rates WHERE condition IN (SELECT condition FROM ask) AND ambiguous),
+una AS (SELECT * FROM {{prefix}}_rates WHERE condition IN (SELECT condition FROM ask) AND NOT ambiguous),
+acc AS (SELECT * FROM {{prefix}}_accuracy WHERE ambiguous)
 SELECT t.target,
        amb.clarify_rate AS clarify_rate_ambiguous,
        una.clarify_rate AS clarify_rate_unambiguous,

@@ -1,0 +1,209 @@
+"""Components in one registry: user policies, target policies, judges, dataset loaders, stop
+rules and report sections, each registered with a decorator under a name a spec can use.
+
+    @user_policy("persona", args=PersonaArgs, roles=("user_simulator",))
+    class Persona: ...
+
+A registration says what the component needs and nothing more:
+
+- ``args``: a pydantic model of the arguments a spec may pass (``{name: persona, args:
+  {...}}`` where a plain name is also accepted). The spec's arguments are validated against
+  it when the spec loads, strictly, so a typo or a wrong type is one line naming the spec file
+  and the field; the component is built with the validated model (``Persona(args)``). A
+  component without ``args`` takes none.
+- ``roles``: the model roles it calls, by name (a row of ``tasks/roles.py``) or as a new
+  ``Role`` (so a study can bring a judge role the project never heard of). A config may set
+  exactly the roles its spec's components declare (plus the few every benchmark has), so no
+  role is listed per benchmark anywhere.
+
+Built-in components live in one module per name (``tasks/users/<name>.py``,
+``tasks/judges/<name>.py``, ``tasks/datasets/<name>.py``, ``tasks/targets/<name>.py``,
+``tasks/report/sections/<name>.py``): a lookup imports that module, which registers it.
+A spec may also list its own modules (``components:``, files beside the spec or importable
+module names): they are imported when the spec loads, so a new benchmark's components need
+no edit anywhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from tasks.roles import BY_NAME, Role
+
+# kind -> the package holding its built-in components (one module per name).
+PACKAGES = {
+    "user": "tasks.users",
+    "target": "tasks.targets",
+    "judge": "tasks.judges",
+    "loader": "tasks.datasets",
+    "stop": "tasks.stops",
+    "section": "tasks.report.sections",
+}
+KIND_WORDS = {"user": "user policy", "target": "target policy", "judge": "judge",
+              "loader": "dataset loader", "stop": "stop rule", "section": "report section"}
+
+
+class ComponentError(Exception):
+    """A component that cannot be found or built (the caller adds the spec file and field)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    kind: str
+    name: str
+    factory: Any  # a class (instantiated), or the component itself (a function or an object)
+    args: type[BaseModel] | None
+    roles: tuple[str, ...]
+    module: str
+    # What else the kind needs to know: a loader's ``sample`` (the path of the team's sample
+    # file), a section's ``title``, a target policy's ``takes_model``.
+    meta: dict = field(default_factory=dict)
+
+    def check_args(self, args: dict | None) -> BaseModel | None:
+        """The spec's arguments validated (strict), or ComponentError naming the argument."""
+        if self.args is None:
+            if args:
+                raise ComponentError(f"{KIND_WORDS[self.kind]} {self.name} takes no arguments "
+                                     f"(got {', '.join(sorted(args))})")
+            return None
+        try:
+            return self.args.model_validate(args or {}, strict=True)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "args"
+            raise ComponentError(f"args.{where}: {first['msg']}") from None
+
+    def build(self, args: dict | None = None):
+        """The component, built with the spec's arguments."""
+        checked = self.check_args(args)
+        if checked is not None:
+            return self.factory(checked)
+        return self.factory() if inspect.isclass(self.factory) else self.factory
+
+
+_REGISTRY: dict[tuple[str, str], Component] = {}
+_ROLES: dict[str, Role] = {}  # roles components brought that the role table does not hold
+
+
+def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
+             roles: tuple = (), **meta) -> Callable:
+    """The decorator behind ``user_policy``, ``judge``, ...: registers what it decorates
+    (a class, built with the spec's arguments, or the component itself)."""
+    if kind not in PACKAGES:
+        raise ValueError(f"unknown component kind {kind!r}")
+    names = []
+    for r in roles:
+        if isinstance(r, Role):
+            known = BY_NAME.get(r.name) or _ROLES.get(r.name)
+            if known is not None and known != r:
+                raise ValueError(f"role {r.name} is declared twice, differently")
+            if r.name not in BY_NAME:
+                _ROLES[r.name] = r
+            names.append(r.name)
+        elif r in BY_NAME or r in _ROLES:
+            names.append(r)
+        else:
+            raise ValueError(f"{kind} {name}: role {r!r} is not in tasks/roles.py; declare it "
+                             "with a Role(...)")
+
+    def deco(obj):
+        mod = getattr(obj, "__module__", None) or sys._getframe(1).f_globals.get("__name__", "")
+        _REGISTRY[(kind, name)] = Component(kind, name, obj, args, tuple(names), mod, meta)
+        return obj
+
+    return deco
+
+
+def user_policy(name: str, **kw) -> Callable:
+    return register("user", name, **kw)
+
+
+def target_policy(name: str, **kw) -> Callable:
+    return register("target", name, **kw)
+
+
+def judge(name: str, **kw) -> Callable:
+    return register("judge", name, **kw)
+
+
+def loader(name: str, **kw) -> Callable:
+    return register("loader", name, **kw)
+
+
+def stop_rule(name: str, **kw) -> Callable:
+    return register("stop", name, **kw)
+
+
+def section(name: str, **kw) -> Callable:
+    return register("section", name, **kw)
+
+
+def lookup(kind: str, name: str) -> Component:
+    """The component ``name`` of ``kind``: registered already (a spec's own modules), or the
+    built-in module of that name, imported now."""
+    key = (kind, name)
+    if key not in _REGISTRY:
+        if not name.replace("_", "").isalnum():
+            raise ComponentError(f"{name!r} is not a component name")
+        package = PACKAGES[kind]
+        try:
+            importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as e:
+            if not (e.name and (e.name == package or e.name.endswith(f"{package}.{name}"))):
+                raise
+    if key not in _REGISTRY:
+        known = sorted(n for k, n in _REGISTRY if k == kind)
+        raise ComponentError(f"no {KIND_WORDS[kind]} named {name!r} (registered: "
+                             f"{', '.join(known) or 'none'}; built-in ones live in "
+                             f"{PACKAGES[kind].replace('.', '/')}/<name>.py)")
+    return _REGISTRY[key]
+
+
+def build(kind: str, name: str, args: dict | None = None):
+    return lookup(kind, name).build(args)
+
+
+def role(name: str) -> Role | None:
+    """A role of the table or one a component declared."""
+    return BY_NAME.get(name) or _ROLES.get(name)
+
+
+def declared_roles() -> dict[str, Role]:
+    """The roles components brought beyond the role table."""
+    return dict(_ROLES)
+
+
+def import_components(entries: list[str], base: Path) -> None:
+    """Import a spec's own component modules: a ``.py`` path (relative to the spec's folder)
+    or a module name. Importing registers what they define."""
+    for entry in entries:
+        if entry.endswith(".py"):
+            path = (base / entry).resolve()
+            if not path.is_file():
+                raise ComponentError(f"{entry}: no such file ({path})")
+            digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+            mod_name = f"carryon_components_{path.stem}_{digest}"
+            if mod_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except Exception:
+                del sys.modules[mod_name]
+                raise
+        else:
+            try:
+                importlib.import_module(entry)
+            except ModuleNotFoundError as e:
+                raise ComponentError(f"{entry}: no module {e.name}") from None

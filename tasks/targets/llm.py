@@ -1,0 +1,22 @@
+"""The plain target: the configured target model answers the whole transcript as chat
+messages (temperature 0 or a sample key from the transcript, so episodes of one target that
+share a prefix share its sampled calls and a rerun replays them)."""
+
+from __future__ import annotations
+
+from tasks.engine.registry import target_policy
+from tasks.users.base import PolicyEnv
+
+TARGET_ROLE = "targets"
+
+
+@target_policy("llm", roles=(TARGET_ROLE,), takes_model=True)
+class LLM:
+    name = "llm"
+    takes_model = True
+
+    async def respond(self, env, seat, state):
+        transcript = list(state.transcript)
+        return await env.gateway.chat(
+            seat.model, TARGET_ROLE, transcript,
+            sample_key=PolicyEnv.sample_key(seat.model, "target", transcript))
