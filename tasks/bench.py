@@ -178,6 +178,9 @@ class BenchmarkSpec(_Strict):
     # Who sits in the target's seat: "llm" (each configured target model), a wrapper around
     # each target model, or a deterministic policy (a seat of its own, no model).
     targets: list[str] = Field(default_factory=lambda: ["llm"], min_length=1)
+    # Stop rules checked after every target turn, in order, before the turn cap and the user
+    # policy: the first that names a reason ends the episode with it.
+    stops: list[str] = Field(default_factory=list)
     judges: list[str] = Field(default_factory=list)  # registered judges
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
@@ -196,7 +199,7 @@ class BenchmarkSpec(_Strict):
         data = dict(data)
         args: dict = {}
         for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
-                            ("report", "section")):
+                            ("report", "section"), ("stops", "stop")):
             if field not in data or data[field] is None:
                 continue
             names, a = _split_refs(data[field], field)
@@ -279,7 +282,7 @@ class BenchmarkSpec(_Strict):
         found: list[tuple[str, str]] = []
         if self.loader:
             found.append(("loader", self.loader))
-        found += [("target", n) for n in self.targets]
+        found += [("target", n) for n in self.targets] + [("stop", n) for n in self.stops]
         found += [("user", c.user) for c in self.conditions]
         found += [("judge", n) for n in self.judges] + [("section", n) for n in self.report]
         roles, optional = [], set()
@@ -378,6 +381,7 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
         names.append(("loader", None, spec.loader, None, "loader"))
     if spec.engine == "episodes":
         names += [("target", None, t, None, f"targets[{t}]") for t in spec.targets]
+        names += [("stop", None, t, None, f"stops[{t}]") for t in spec.stops]
         names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
     names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]  # every engine's
     used = set()

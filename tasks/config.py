@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
+from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
 from tasks.engine import registry
 from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
 
@@ -33,10 +34,6 @@ PAPER_EXCLUDED_CATEGORIES = [
     "non-sexual explicit content generation",
     "social stereotype promotion",
 ]
-
-
-class ConfigError(Exception):
-    """A configuration problem a user must fix; the message names the file and field."""
 
 
 # A config file larger than this is not a config file (and YAML parsing is not free).
@@ -155,7 +152,7 @@ ModelsConfig = create_model(
 
 
 class Config(_Strict):
-    # The benchmark this config runs: a spec in tasks/specs/ by name, or a path to a spec YAML.
+    # The benchmark this config runs: tasks/benchmarks/<name>/spec.yaml by name, or a path to a spec YAML.
     benchmark: str = DEFAULT_BENCHMARK
     home: str = ".carryon"
     # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):

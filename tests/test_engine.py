@@ -374,3 +374,22 @@ def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypa
     bare = Item("i4", 0, {"question": "How tall is it?"})
     p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond, seat(model("t"))))
     assert p.episode["status"] == "simulator_error" and "no hidden intent" in p.episode["error"]
+
+
+def test_a_registered_stop_rule_ends_the_episode_with_its_reason(monkeypatch):
+    from tasks.engine.registry import stop_rule
+
+    @stop_rule("test_said_done")
+    def said_done(state):
+        return "said_done" if "done" in state.transcript[-1]["content"] else None
+
+    answers = iter(["working on it", "done now", "never asked"])
+    gw = FakeGateway(lambda r, m: next(answers))
+    cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=5)
+    b = BenchmarkSpec(name="toy", title="Toy", engine="episodes", loader="x", conditions=[cond],
+                      stops=["test_said_done"])
+    monkeypatch.setattr(BenchmarkSpec, "user", lambda self, c: AskingUser(5))
+    p = asyncio.run(ep.play(PolicyEnv(gw, None), b, ITEM, cond, seat(model("t"))))
+    assert p.episode["termination"] == "said_done" and p.episode["status"] == "completed"
+    assert [t["content"] for t in p.turns if t["role"] == "assistant"] == ["working on it",
+                                                                           "done now"]

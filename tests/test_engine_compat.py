@@ -6,6 +6,10 @@ requests and identical views.
 loopback server on port 18791: 2 sample queries, 2 targets, lengths 4 and 6), the config,
 and every view's rows as that version computed them (``views.json``). The cache key holds
 the api_base, so the server must listen on the same port.
+
+``tests/fixtures/sister_homes/`` holds a home of the sister benchmarks (clarify and
+OpenSafeIntent) written before the component registry, with its configs and views; its
+``make.py`` writes it again from any checkout.
 """
 
 from __future__ import annotations
@@ -62,13 +66,13 @@ def test_config_hash_unchanged_by_the_spec():
     assert load_config(root / "configs" / "paper.yaml").config_hash() == "680e0cf7aedcb6a5"
 
 
-def _rerun(path: Path) -> dict:
+def _rerun(path: Path, port: int = PORT) -> dict:
     """Run the config against the loopback server on the fixture's port; assert it sent
     nothing (every answer from the fixture's cache)."""
     with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", PORT)) == 0:
-            pytest.fail(f"port {PORT} is taken: this test's cache keys need the loopback server there")
-    server = LLMServer().start(port=PORT)
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            pytest.fail(f"port {port} is taken: this test's cache keys need the loopback server there")
+    server = LLMServer().start(port=port)
     try:
         summary = asyncio.run(carryon(config=str(path)))
     finally:
@@ -124,3 +128,32 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tm
     report = (home / "reports").glob("*/report.md")
     text = max(report, key=lambda p: p.stat().st_mtime).read_text()
     assert "the spec's `clarify` is BC" in text
+
+
+SISTERS = Path(__file__).parent / "fixtures" / "sister_homes"
+SISTERS_PORT = 18792  # tests/fixtures/sister_homes/make.py's
+
+
+def test_sister_benchmarks_home_reruns_with_zero_requests_and_identical_views(prefect_harness,
+                                                                               tmp_path):
+    # clarify and OpenSafeIntent, run into one home by the code before the component
+    # registry, target policies and benchmark folders (tests/fixtures/sister_homes/make.py):
+    # rerun under today's code, every call comes from the cache and every view (the engine's,
+    # clarify_*, osi_*, and CarryOnBench's, empty here) holds the same rows.
+    home = tmp_path / "home"
+    home.mkdir()
+    with tarfile.open(SISTERS / "home.tar.gz") as tar:
+        tar.extractall(home, filter="data")
+    for bench in ("clarify", "opensafeintent"):
+        cfg = yaml.safe_load((SISTERS / f"{bench}.yaml").read_text())
+        cfg["home"] = str(home)
+        path = tmp_path / f"{bench}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        summary = _rerun(path, SISTERS_PORT)
+        assert summary["cache_hits"] > 0, bench
+    expected = json.loads((SISTERS / "views.json").read_text())
+    got = _views(Warehouse(home / "warehouse.duckdb"), sorted(expected))
+    assert {v for v in expected if expected[v]} >= {"clarify_summary", "osi_summary",
+                                                     "episode_verdicts"}
+    for name in sorted(expected):
+        assert got[name] == expected[name], f"view {name} changed on the sister benchmarks' home"

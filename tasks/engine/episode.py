@@ -2,10 +2,10 @@
 
 The opening user turn is the item's prompt for the condition, verbatim (no call). Then, in
 turn: the target answers (its seat's target policy, tasks/targets/: a configured model
-through the gateway, a wrapper around one, or a deterministic policy); if the condition's turn
-cap is reached the episode stops (``turn_cap``; ``single_turn`` when the cap is one turn);
-else the condition's user policy gives the
-next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
+through the gateway, a wrapper around one, or a deterministic policy); the spec's stop rules
+(``stops:``, each ``rule(state) -> reason | None``, in order) may end the episode with their
+reason; else if the condition's turn cap is reached it stops (``turn_cap``; ``single_turn``
+when the cap is one turn); else the condition's user policy gives the next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
 its termination reason; a failed call ends it with status ``target_error``,
 ``simulator_error`` or ``context_exceeded`` and termination ``error`` (its turns so far are
 kept, the metric views leave it out).
@@ -60,6 +60,15 @@ def opening(item: Item, condition: ConditionSpec) -> str | None:
     return text if isinstance(text, str) and text.strip() else None
 
 
+def stop_reason(bench: BenchmarkSpec, state: EpisodeState) -> str | None:
+    """The reason of the first of the spec's stop rules that fires after a target turn."""
+    for name in bench.stops:
+        reason = bench.component("stop", name)(state)
+        if reason:
+            return reason
+    return None
+
+
 async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: ConditionSpec,
                seat: Seat, run_id: str | None = None, plan: tuple[str, ...] = ()) -> Played:
     user = bench.user(condition)
@@ -88,11 +97,15 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
         if blocked:
             termination = ANSWERED
             break
+        state = EpisodeState(item, condition, seat.name, list(transcript), model_turns, plan)
+        reason = stop_reason(bench, state)
+        if reason:
+            termination = reason
+            break
         if model_turns >= condition.max_turns:
             # One exchange by construction is a single-turn episode, not a cut-off one.
             termination = SINGLE_TURN if condition.max_turns == 1 else TURN_CAP
             break
-        state = EpisodeState(item, condition, seat.name, list(transcript), model_turns, plan)
         nxt = await user.next(env, state)
         if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
             turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
