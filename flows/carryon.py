@@ -26,6 +26,7 @@ from flows.report import republish_report, report_flow
 from flows.simulate import simulate_flow
 from flows.verdicts import verdicts_flow
 from tasks.data import run_queries
+from tasks.engine.items import run_items
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
 from tasks.stage_memo import OUTPUTS, StageMemo
@@ -85,20 +86,28 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
         return await _carryon(config, stages, limit, shard_index, shard_count, replay)
 
 
+def _work_rows(ctx) -> list[dict]:
+    """The run's queries (CarryOnBench) or items (the episode engine) as rows, for the stage
+    memos' fingerprints."""
+    if ctx.config.spec.engine == "carryon":
+        return [q.to_row() for q in run_queries(ctx)]
+    return [i.to_row(ctx.config.spec.name) for i in run_items(ctx)]
+
+
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
                    shard_count: int, replay: bool) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
                      "home": str(ctx.home), "stages": {}, "seconds": {}}
-    queries = None
+    work_rows = None
     try:
         for stage in ctx.stages:
             started = time.perf_counter()
             memo = kept = None
             if stage in OUTPUTS:  # a replay records its memo too (its rows are new)
-                if queries is None:
-                    queries = run_queries(ctx)
-                memo = StageMemo.open(ctx, stage, queries)
+                if work_rows is None:
+                    work_rows = _work_rows(ctx)
+                memo = StageMemo.open(ctx, stage, work_rows)
                 kept = None if replay else memo.skipped()
             if kept is not None:  # inputs unchanged: a replay would write the same rows
                 summary["stages"][stage] = kept

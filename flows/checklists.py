@@ -8,13 +8,12 @@ roles resolved first.
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.checklists import build_batch, resolve_roles, stage_stats
 from tasks.data import run_queries
+from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.stage_errors import StageFailed, all_failed, every, is_call_error
@@ -35,13 +34,11 @@ async def checklists_flow(run_id: str) -> dict:
     ctx = get_run(run_id)
     queries = run_queries(ctx)  # DataError here: nothing written yet
     resolve_roles(ctx.config)  # ConfigError here: nothing written yet
-    progress = Progress("checklists", len(queries), unit="queries")
     batches = [queries[i:i + BATCH_SIZE] for i in range(0, len(queries), BATCH_SIZE)]
-    summaries: list[dict] = []
-    for done in asyncio.as_completed([checklist_batch(run_id, b) for b in batches]):
-        result = await done
-        summaries += result
-        progress.advance(len(result))
+    results = await run_batches(ctx, Progress("checklists", len(queries), unit="queries"),
+                                batches, lambda b: checklist_batch(run_id, b),
+                                count=lambda _, result: len(result))
+    summaries = [s for result in results for s in result]
     stats = stage_stats(summaries)
     failure = failure_line(ctx.warehouse, summaries)
     if failure:

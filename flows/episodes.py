@@ -7,13 +7,12 @@ the calls inside them. A stage whose every episode failed on a call error raises
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
 from tasks.engine.items import run_items, store_items, stored_items
+from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.stage_errors import StageFailed, all_failed, every
@@ -65,19 +64,9 @@ async def episodes_flow(run_id: str) -> dict:
     spec = ctx.config.spec
     items, work, skipped = run_work(ctx)
     store_items(ctx.warehouse, spec.name, items, ctx.run_id)
-    parts = batches(work, BATCH_EPISODES)
-    progress = Progress("episodes", len(work), unit="episodes")
-    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
-
-    async def one(i: int) -> dict:
-        async with gate:
-            out = await episode_batch_task(run_id, episode_keys(parts[i]))
-            ctx.flush_calls()
-            progress.advance(len(parts[i]))
-            return out
-
-    results = await asyncio.gather(*(one(i) for i in range(len(parts))))
-    progress.close()
+    results = await run_batches(
+        ctx, Progress("episodes", len(work), unit="episodes"), batches(work, BATCH_EPISODES),
+        lambda part: episode_batch_task(run_id, episode_keys(part)), in_flight=BATCHES_IN_FLIGHT)
     summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}
     errors = [e for r in results for e in r["errors"]]

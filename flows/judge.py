@@ -8,8 +8,6 @@ the gateway bounds the calls inside them.
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -17,6 +15,7 @@ from tasks.judge import (
     BENUTIL, SAFETY, agreement_rows, judge_batch, judges, merge_summaries, plan_judging,
     write_sets,
 )
+from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.stage_errors import StageFailed, all_failed, every
@@ -48,21 +47,16 @@ async def judge_flow(run_id: str) -> dict:
     plan = plan_judging(ctx, run_query_ids(ctx))
     write_sets(ctx.warehouse, plan.set_rows)
     batches = plan.batches(BATCH_CONVERSATIONS)
-    progress = Progress("judge", len(plan.conversations), unit="conversations")
-    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
     query_of = dict(plan.conversations)
 
-    async def one(cids: list[str]) -> dict:
-        async with gate:
-            qids = {query_of[c] for c in cids}
-            versions = {q: v for q, v in plan.checklist_versions.items() if q in qids}
-            out = await judge_batch_task(run_id, cids, versions, plan.benutil_set,
-                                         plan.safety_set)
-            ctx.flush_calls()  # provenance rows leave memory batch by batch
-            progress.advance(len(cids))
-            return out
+    def one(cids: list[str]):
+        qids = {query_of[c] for c in cids}
+        versions = {q: v for q, v in plan.checklist_versions.items() if q in qids}
+        return judge_batch_task(run_id, cids, versions, plan.benutil_set, plan.safety_set)
 
-    summary = merge_summaries(await asyncio.gather(*(one(b) for b in batches)))
+    summary = merge_summaries(await run_batches(
+        ctx, Progress("judge", len(plan.conversations), unit="conversations"), batches, one,
+        in_flight=BATCHES_IN_FLIGHT))
     agreement = []
     for kind, set_id, role in (("benutil", plan.benutil_set, BENUTIL),
                                ("safety", plan.safety_set, SAFETY)):

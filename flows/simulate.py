@@ -14,13 +14,12 @@ yet" when that stage never processed it.
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.data import run_queries
 from tasks.move_checker import CHECKER_ROLE
+from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
@@ -55,16 +54,16 @@ async def simulate_flow(run_id: str) -> dict:
     per_query = len(flows_for(cfg, "any")) + 1  # flows + oracle (the count is the same per query)
     progress = Progress("simulate", len(ready) * len(targets) * per_query, unit="conversations")
     batches = [ready[i:i + BATCH_SIZE] for i in range(0, len(ready), BATCH_SIZE)]
+    results = await run_batches(ctx, progress, batches, lambda b: simulate_batch_task(run_id, b),
+                                count=lambda _, result: sum(result["conversations"].values()))
     by_status: dict[str, int] = {}
     turns = blocked = flagged = 0
-    for done in asyncio.as_completed([simulate_batch_task(run_id, b) for b in batches]):
-        result = await done
+    for result in results:
         for status, n in result["conversations"].items():
             by_status[status] = by_status.get(status, 0) + n
         turns += result["turns"]
         blocked += result.get("blocked_turns", 0)
         flagged += result.get("move_check_failed", 0)
-        progress.advance(sum(result["conversations"].values()))
     after = _stats(ctx.gateway)
     calls = {role: {"requests": after[role][0] - before.get(role, (0, 0))[0],
                     "cache_hits": after[role][1] - before.get(role, (0, 0))[1]}

@@ -3,13 +3,12 @@ stored episodes (``carryon run --stages verdicts`` re-judges without regeneratin
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.episodes import run_work
 from tasks.engine.episode import episode_id
+from tasks.engine.stage import run_batches
 from tasks.engine.verdicts import judge_batch, merge, set_rows, spec_judges
 from tasks.progress import Progress
 from tasks.run import get_run
@@ -43,18 +42,9 @@ async def verdicts_flow(run_id: str) -> dict:
     ctx.warehouse.write("verdict_sets", set_rows(ctx, judges))
     ids = run_episode_ids(ctx)
     parts = [ids[i:i + BATCH_EPISODES] for i in range(0, len(ids), BATCH_EPISODES)]
-    progress = Progress("verdicts", len(ids), unit="episodes")
-    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
-
-    async def one(part: list[str]) -> dict:
-        async with gate:
-            out = await verdict_batch_task(run_id, part)
-            ctx.flush_calls()
-            progress.advance(len(part))
-            return out
-
-    results = await asyncio.gather(*(one(p) for p in parts))
-    progress.close()
+    results = await run_batches(ctx, Progress("verdicts", len(ids), unit="episodes"), parts,
+                                lambda part: verdict_batch_task(run_id, part),
+                                in_flight=BATCHES_IN_FLIGHT)
     summary = {**merge(results), "judges": [j.kind for j, _ in judges],
                "judges_skipped": skipped}
     errors = [e for r in results for e in r["errors"]]

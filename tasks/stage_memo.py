@@ -12,7 +12,8 @@ The fingerprint of a stage holds everything a replay's calls and rows are comput
   templates) and the versions of the libraries that parse and render (pydantic, jinja2, ...);
 - the resolved config: the config document, every role's resolved model entry (the
   environment's ``CARRYON_API_BASE`` included), the home and cache folders;
-- the run's queries (dataset, limit and shard applied), in full;
+- the run's queries or items (dataset, limit and shard applied), in full;
+- a spec loaded from a path: every file of its folder (its own components, views, sample);
 - the response cache's generation token (tasks/gateway/cache.py), which changes when entries
   are deleted or the folder is new: a skip relies on the stage's answers still being there;
 - the tables of the earlier stages (and the shared ``bench_conditions``), as a row count and
@@ -25,8 +26,10 @@ memo with its fingerprint exists and the stage's own tables still hash as the me
 a skip is never required for correctness; editing any source file, for instance, replays
 every stage once. ``carryon run --replay`` (or ``replay=True``) runs every stage regardless.
 
-Only the stages listed in OUTPUTS keep memos (CarryOnBench's three model stages); the report
-always runs, and the episode engine's stages (sister benchmarks) always run.
+The stages listed in PIPELINES keep memos: CarryOnBench's three model stages and the episode
+engine's two (every benchmark on it). The report always runs. The engine's tables hold every
+benchmark's rows, so a run of another benchmark in the same home changes them: the next rerun
+replays its stages once (from the cache) instead of skipping them.
 """
 
 from __future__ import annotations
@@ -39,16 +42,23 @@ import json
 import sys
 from pathlib import Path
 
-# The tables each memoised stage writes, in pipeline order. A stage's inputs are the tables of
-# every stage before it here, plus SHARED.
-OUTPUTS: dict[str, tuple[str, ...]] = {
-    "checklists": ("queries", "intents", "ensemble_answers", "guard_verdicts",
-                   "decomposed_items", "merged_items", "checklists", "checklist_items",
-                   "checklist_queries"),
-    "simulate": ("conversations", "turns", "move_checks"),
-    "judge": ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
-              "judged_batches", "judge_agreement"),
+# The tables each memoised stage writes, per engine, in pipeline order. A stage's inputs are
+# the tables of every stage before it in its pipeline, plus SHARED.
+PIPELINES: dict[str, dict[str, tuple[str, ...]]] = {
+    "carryon": {
+        "checklists": ("queries", "intents", "ensemble_answers", "guard_verdicts",
+                       "decomposed_items", "merged_items", "checklists", "checklist_items",
+                       "checklist_queries"),
+        "simulate": ("conversations", "turns", "move_checks"),
+        "judge": ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
+                  "judged_batches", "judge_agreement"),
+    },
+    "episodes": {
+        "episodes": ("bench_items", "episodes", "episode_turns"),
+        "verdicts": ("verdict_sets", "verdicts"),
+    },
 }
+OUTPUTS: dict[str, tuple[str, ...]] = {s: t for p in PIPELINES.values() for s, t in p.items()}
 SHARED = ("bench_conditions",)  # written by every run's open_run (the spec's condition names)
 # The libraries between a cached answer and a stored row (parsing, templates, hashing).
 _LIBRARIES = ("pydantic", "jinja2", "duckdb", "json-repair", "litellm")
@@ -57,8 +67,21 @@ _SOURCE_DIRS = ("tasks", "flows", "warehouse")
 
 
 def input_tables(stage: str) -> tuple[str, ...]:
-    order = list(OUTPUTS)
+    order = next(list(p) for p in PIPELINES.values() if stage in p)
     return SHARED + tuple(t for s in order[:order.index(stage)] for t in OUTPUTS[s])
+
+
+def spec_folder_version(spec) -> str | None:
+    """A hash of the folder of a spec loaded from outside the project (its components, views
+    and sample are not in the project's source); None for a built-in spec."""
+    folder = Path(spec.source_path).resolve().parent if spec.source_path else None
+    if folder is None or _ROOT in folder.parents:
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{path.relative_to(folder)}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,17 +144,20 @@ class StageMemo:
     failures_before: int = 0
 
     @classmethod
-    def open(cls, ctx, stage: str, queries) -> "StageMemo | None":
-        """None: the stage keeps no memo."""
+    def open(cls, ctx, stage: str, work_rows: list[dict]) -> "StageMemo | None":
+        """``work_rows``: the run's queries or items as rows. None: the stage keeps no memo."""
         if stage not in OUTPUTS:
             return None
         from tasks.gateway.cache import generation
 
         cfg = ctx.config
         doc = {"stage": stage, "source": source_version(), "config": _config_doc(cfg),
-               "queries": [q.to_row() for q in queries],
+               "queries": work_rows,
                "cache_generation": generation(cfg.cache_path),
                "inputs": table_digests(ctx.warehouse, input_tables(stage))}
+        spec_version = spec_folder_version(cfg.spec)
+        if spec_version:  # only then: the fingerprints of built-in specs stay as they were
+            doc["spec_folder"] = spec_version
         blob = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
         memo = cls(ctx, stage, hashlib.sha256(blob.encode()).hexdigest())
         memo.failures_before = memo._failures()

@@ -149,4 +149,25 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     before = llm_server.counts["total"]
     r = invoke("run", "--config", str(path))
     assert r.exit_code == 0, r.output
-    assert llm_server.counts["total"] == before  # a rerun is served from the cache
+    assert llm_server.counts["total"] == before  # a rerun sends nothing
+    # Both engine stages kept memos: the rerun skips them (tasks/stage_memo.py).
+    assert r.output.count('"unchanged_since"') == 2, r.output
+
+    # The benchmark's own files are outside the project's source: editing one replays the
+    # stages (from the cache) instead of skipping them.
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    for f in SPEC.parent.iterdir():
+        if f.is_file():
+            (folder / f.name).write_text(f.read_text())
+    cfg = yaml.safe_load(path.read_text())
+    cfg["benchmark"] = str(folder / "spec.yaml")
+    path.write_text(yaml.safe_dump(cfg))
+    for edit, skips in ((False, 0), (False, 2), (True, 0)):  # a new config, unchanged, edited
+        if edit:
+            (folder / "components.py").write_text((folder / "components.py").read_text()
+                                                  + "\n# edited\n")
+        r = invoke("run", "--config", str(path))
+        assert r.exit_code == 0, r.output
+        assert r.output.count('"unchanged_since"') == skips, r.output
+    assert llm_server.counts["total"] == before  # every replay from the cache
