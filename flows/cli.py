@@ -21,6 +21,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
 
+# The table printer lives in cli_table.py, a leaf: flows/cli_episodes.py prints tables too.
+from flows.cli_table import _print_table  # noqa: E402
 from tasks.config import ConfigError, load_config  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -54,26 +56,6 @@ def _home(config: Optional[str]) -> Path:
     if config:
         return load_config(config).home_path
     return Path(os.environ.get("CARRYON_HOME") or ".carryon")
-
-
-def _print_table(rows: list[dict], max_width: int = 60) -> None:
-    if not rows:
-        typer.echo("(no rows)")
-        return
-    cols = list(rows[0])
-
-    def cell(v):
-        if isinstance(v, float):
-            v = f"{v:.4g}"
-        s = "NULL" if v is None else str(v).replace("\n", " ")
-        return s if len(s) <= max_width else s[: max_width - 1] + "…"
-
-    cells = [[cell(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    typer.echo("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
-    typer.echo("  ".join("-" * w for w in widths))
-    for row in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)))
 
 
 @app.command()

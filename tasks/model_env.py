@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from tasks.config_error import ConfigError
+
 # The embedded local model (`carryon local-model`) is served under "openai/local-<name>"; a run
 # that uses it for any role is a smoke run of the pipeline, and its outputs say so.
 LOCAL_MODEL_PREFIX = "openai/local-"
@@ -29,8 +31,6 @@ def api_key_for(spec) -> str | None:
 
 def check_secrets(cfg, roles: list[str]) -> None:
     """Fail before any work if a named key variable is unset (the message names it)."""
-    from tasks.config import ConfigError
-
     for role in roles:
         for spec in cfg.role_specs(role):
             if spec.api_key_env and not os.environ.get(spec.api_key_env) and not os.environ.get("CARRYON_API_KEY"):

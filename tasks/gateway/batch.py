@@ -41,15 +41,19 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from tasks.config import ModelSpec
 from tasks.gateway.answers import judge
-from tasks.gateway.client import CallResult, Gateway
 from tasks.gateway.keys import normalise_api_base
 from tasks.gateway.prices import billed
+from tasks.gateway.result import CallResult
 from tasks.gateway.transport import _cached_tokens, _litellm
+
+if TYPE_CHECKING:  # annotations only: client.py imports this module (through batching.py)
+    from tasks.gateway.client import Gateway
 
 log = logging.getLogger("carryon.gateway.batch")
 

@@ -21,10 +21,13 @@ from pydantic import BaseModel
 
 from tasks.config import GatewayConfig, ModelSpec, api_key_for
 from tasks.gateway.answers import fail, judge
+from tasks.gateway.batching import collector_for, progress_line
 from tasks.gateway.cache import ResponseCache
 from tasks.gateway.junk import junk_reason
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
+# CallResult lives in result.py (batch.py builds them too); re-exported here, where callers import it.
+from tasks.gateway.result import CallResult
 # The litellm helpers; re-exported here, where the plan, tests and benchmarks import them.
 from tasks.gateway.transport import (  # noqa: F401
     _FENCE, _SAFETY_MARKS, Failure, Reply, _is_safety_block, _litellm, _reasoning_tokens,
@@ -43,40 +46,6 @@ class ServerUnavailable(Exception):
     Raised (not returned) so the run stops at once with one line, instead of every later call
     failing slowly and every query being dropped as if the model had answered badly. What was
     written before stays (each batch is one transaction); nothing is half-written."""
-
-
-@dataclass
-class CallResult:
-    call_hash: str
-    content: str | None = None
-    parsed: BaseModel | None = None
-    error: str | None = None
-    # None on success; else one of: context_exceeded, invalid_output, empty_output,
-    # api_error (not retryable), retries_exhausted, content_blocked (the provider refused to
-    # produce the answer: finish reason content_filter or a safety-block error; not retried),
-    # reasoning_exhausted (no answer because the token budget went to reasoning).
-    error_kind: str | None = None
-    cached: bool = False
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # Of completion_tokens, those spent on reasoning (usage.completion_tokens_details), where
-    # the provider reports them.
-    reasoning_tokens: int = 0
-    # Of prompt_tokens, those the provider served from its prompt cache (billed cheaper).
-    cached_tokens: int = 0
-    finish_reason: str | None = None
-    cost_usd: float = 0.0
-    latency_s: float = 0.0
-    attempts: int = 0
-    # True when the call failed because the server could not be reached at all (connection
-    # refused or reset), as opposed to an answer that was an error.
-    connect_failed: bool = False
-    batch_id: str | None = None  # the provider batch that answered it (tasks/gateway/batch.py)
-    vectors: list | None = None  # embeddings (tasks/gateway/embed.py): one per input text
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass
@@ -130,8 +99,6 @@ class Gateway:
         when the run gave the gateway a warehouse to record batches in, unless ``live``."""
         self._check_up(spec)
         if spec.batch and self.batch_store is not None and not live:
-            from tasks.gateway.batching import collector_for
-
             return await collector_for(self).chat(spec, role, messages, schema, sample_key)
         key = self.chat_key(spec, messages, schema, sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
@@ -162,8 +129,6 @@ class Gateway:
         inflight = len(self._inflight)
         line = f"model calls: {req} sent, {hits} from cache, {fails} failed, {inflight} in flight"
         if self.batch_progress["submitted"] or self.batch_progress["resumed"]:
-            from tasks.gateway.batching import progress_line
-
             line += "; " + progress_line(self.batch_progress)
         return line
 

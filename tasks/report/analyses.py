@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+# Stat lives in stat.py (failure_modes.py builds them too); re-exported here, where the report's
+# modules import it. FailureRules and failure_flags are re-exported from failure_modes.py.
+from tasks.report.failure_modes import FailureRules, failure_flags  # noqa: F401
+from tasks.report.stat import Stat, _too_few
+
 BC_MOVES = ("benign_justification", "benign_reasking", "context_switching")
 MOVES = BC_MOVES + ("pushback", "rephrasing", "delaying", "backchannel")
 BINS = ("hard refusal", "partial", "high")
-
-
-@dataclass
-class Stat:
-    title: str  # the display title (may change with the data, e.g. a unit suffix)
-    table: pd.DataFrame | None
-    note: str = ""  # why there is no table, or a caveat printed under it
-    extra: dict = field(default_factory=dict)
-    # A stable identifier, the same whether or not a number was computed: code that picks a
-    # Stat (figures, tests) uses the key, never the display title.
-    key: str = ""
-
-
-def _too_few(title: str, what: str, key: str = "") -> Stat:
-    return Stat(title, None, f"Not computed: {what}.", key=key)
 
 
 def _mean_ci(x: pd.Series) -> tuple[float, float, float, int]:
@@ -265,14 +254,3 @@ def per_category(conv: pd.DataFrame, min_queries: int = 3) -> Stat:
     cols = ["category", "n_queries", "turn1_utility", "oracle_utility", "bc_utility", "recovery_pct",
             "turn1_harm", "bc_harm", "harm_change", "note"]
     return Stat(title, df[cols], key="per_category")
-
-
-# ----- failure modes: tasks/report/failure_modes.py ----------------------------------------------
-def __getattr__(name: str):
-    """``analyses.FailureRules`` / ``analyses.failure_flags`` still work (they live in
-    failure_modes, which imports this module: a lazy look-up avoids the import cycle)."""
-    if name in ("FailureRules", "failure_flags"):
-        from tasks.report import failure_modes
-
-        return getattr(failure_modes, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

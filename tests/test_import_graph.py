@@ -1,0 +1,180 @@
+"""The project's own modules import one another without cycles.
+
+A static analysis (``ast``, nothing is imported) over every ``.py`` file under flows/, tasks/,
+warehouse/ and prompts/. ``pkg/__init__.py`` is the module ``pkg``. The edges:
+
+- ``import a.b.c`` depends on ``a.b.c`` (the longest prefix that is a project module).
+- ``from a.b import c`` depends on ``a.b.c`` when that is a module (a submodule import), else
+  on ``a.b`` (a name defined in, or re-exported by, ``a/b.py`` or ``a/b/__init__.py``).
+- Relative imports are resolved against the importing module's package, then as above.
+- Imports at any depth count, function-local ones included: an import moved into a function
+  to dodge a cycle is still a cycle in the design. Only the body of ``if TYPE_CHECKING:``
+  (annotations only, never executed) is not an edge.
+
+The rule for packages: importing ``pkg.sub`` also executes ``pkg/__init__.py``, but that
+implicit parent import is not an edge. ``pkg/__init__`` runs before ``pkg.sub``, and a
+submodule that does not use names from its package's ``__init__`` does not depend on them;
+counting the implicit edge would make every ``__init__`` that re-exports from a submodule a
+"cycle" with that submodule (and with every sibling the submodule imports). A real use of
+``__init__``'s names (``from pkg import name``, ``name`` not a submodule) is an edge to ``pkg``.
+
+Dynamic imports (``importlib.import_module`` of a computed name: the plugin registries) are
+not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("flows", "tasks", "warehouse", "prompts")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            out[_module_name(path)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node at any depth, skipping ``if TYPE_CHECKING:`` bodies."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _longest_module(name: str, modules) -> str | None:
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _edges(name: str, path: Path, modules) -> set[str]:
+    is_pkg = path.name == "__init__.py"
+    deps = set()
+    for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            targets = []
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                targets.append(sub if sub in modules else source)
+        for target in targets:
+            found = _longest_module(target, modules)
+            if found is not None and found != name:
+                deps.add(found)
+    return deps
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _project_modules()
+    return {name: _edges(name, path, modules) for name, path in modules.items()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (no recursion limit)."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    out.append(sorted(component))
+    return out
+
+
+def test_scc_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert sorted(c for c in strongly_connected(graph) if len(c) > 1) == [["a", "b", "c"]]
+
+
+def test_edge_rules(tmp_path):
+    modules = {"p", "p.a", "p.b", "p.c", "p.d", "p.q", "p.q.x", "other"}
+    src = tmp_path / "x.py"
+    src.write_text(
+        "import p.a\n"
+        "from p import b, NAME\n"  # b: a submodule; NAME: defined in p/__init__
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from p import c\n"
+        "else:\n"
+        "    import other\n"
+        "def f():\n"
+        "    from .. import d\n")  # function-local and relative, from p.q.x
+    assert _edges("p.q.x", src, modules) == {"p.a", "p.b", "p", "other", "p.d"}
+    src.write_text("from . import x\nfrom .x import y\n")  # as p/q.py: "." is p, no p.x
+    assert _edges("p.q", src, modules) == {"p"}
+    pkg = tmp_path / "__init__.py"
+    pkg.write_text("from . import x\nfrom .x import y\n")  # as p/q/__init__.py: "." is p.q
+    assert _edges("p.q", pkg, modules) == {"p.q.x"}
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 50  # the walk found the project
+    cycles = [c for c in strongly_connected(graph) if len(c) > 1]
+    message = "\n".join(
+        f"cycle {i}: " + ", ".join(f"{m} -> [{', '.join(sorted(graph[m] & set(c)))}]" for m in c)
+        for i, c in enumerate(cycles, 1))
+    assert not cycles, f"{len(cycles)} import cycle(s) among the project's modules:\n{message}"
