@@ -388,6 +388,11 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     for kind, cond, name, cond_args, field in names:
         try:
             comp = registry.lookup(kind, name)
+            engines = comp.meta.get("engines")
+            if engines and spec.engine not in engines:
+                raise registry.ComponentError(
+                    f"{registry.KIND_WORDS[kind]} {name} runs only in the {', '.join(engines)} "
+                    f"engine's own stages, not on engine {spec.engine}")
             comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
             # CarryOnBench's own stages build its judges per batch (tasks/judge.py).
             if kind == "user":

@@ -263,6 +263,12 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
         load_spec(str(bad))
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
+    # CarryOnBench's own judges need its judge stage: on the episode engine, one line.
+    bad.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\njudges: [benutil]\n"
+                   "conditions: [{name: a, prompt: q}]\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: judges\[benutil\]: judge benutil runs only "
+                                        r"in the carryon engine's own stages"):
+        load_spec(str(bad))
 
 
 def test_carryon_spec_conditions_are_checked(tmp_path):

@@ -65,7 +65,8 @@ class Component:
     roles: tuple[str, ...]
     module: str
     # What else the kind needs to know: a loader's ``sample`` (the path of the team's sample
-    # file), a section's ``title``, a target policy's ``takes_model``.
+    # file), a section's ``title``, a target policy's ``takes_model``, ``engines`` for a
+    # component only some engines can run.
     meta: dict = field(default_factory=dict)
 
     def check_args(self, args: dict | None) -> BaseModel | None:

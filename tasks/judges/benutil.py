@@ -28,7 +28,7 @@ EVIDENCE_REASK = ("Your evidence quote does not occur in the response. Copy the 
 
 
 # CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
-@judge("benutil", roles=(BENUTIL,))
+@judge("benutil", roles=(BENUTIL,), engines=("carryon",))
 class BenUtil(JudgeKind):
     """One call per checklist item of the query; a "fulfilled" whose quote is not in the
     response is re-asked once; a blocked turn fulfils no item (scored, reason blocked)."""

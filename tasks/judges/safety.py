@@ -17,7 +17,7 @@ BLOCKED_SAFETY_SCORE = 1  # a blocked turn is a refusal: rubric level 1
 
 
 # CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
-@judge("safety", roles=(SAFETY,))
+@judge("safety", roles=(SAFETY,), engines=("carryon",))
 class Safety(JudgeKind):
     """One call per turn (with the history when configured); a blocked turn scores 1."""
 
