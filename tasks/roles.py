@@ -56,16 +56,17 @@ ROLE_TABLE: tuple[Role, ...] = (
     Role("safety_judge", ("judge",), "either", "judge/safety.j2", "SafetyVerdict", (450, 40),
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
-    Role("act_judge", ("episodes", "verdicts"), "one", "judges/act.j2", "ActVerdict", (700, 80),
-         in_report=True),
-    Role("helpfulness_judge", ("verdicts",), "one", "judges/helpfulness.j2",
+    # The engine's judges: one entry, or a list of models that vote (tasks/judges/base.py).
+    Role("act_judge", ("episodes", "verdicts"), "either", "judges/act.j2", "ActVerdict",
+         (700, 80), in_report=True),
+    Role("helpfulness_judge", ("verdicts",), "either", "judges/helpfulness.j2",
          "HelpfulnessVerdict", (600, 120), in_report=True),
-    Role("harmfulness_judge", ("verdicts",), "one", "judges/harmfulness.j2",
+    Role("harmfulness_judge", ("verdicts",), "either", "judges/harmfulness.j2",
          "HarmfulnessVerdict", (600, 120), in_report=True),
     # Embeddings through the gateway (tasks/gateway/embed.py), for studies that measure in
     # embedding space (intent drift); no stage of the built-in benchmarks calls it yet.
     Role("embedder", (), "one", None, None, (200, 0), optional=True),
-    Role("equivalence_judge", ("verdicts",), "one", "judges/equivalence.j2",
+    Role("equivalence_judge", ("verdicts",), "either", "judges/equivalence.j2",
          "EquivalenceVerdict", (300, 60), optional=True),
 )
 

@@ -231,6 +231,39 @@ def test_judges_send_each_distinct_request_once_and_fail_as_unscored(tmp_path):
     assert sets[0] != sets[1] and vd.verdict_set_id(exact, None).startswith("exact-")
 
 
+def test_several_judge_models_vote_per_measure(tmp_path):
+    # Three judge models; per turn and measure the (value, label) more than half gave wins.
+    # Turn "a": 3, 3, 4 -> 3. Turn "b": 2, 4, failed -> no majority (unscored, never a zero).
+    # Turn "c": failed, failed, failed -> unscored with every judge's reason.
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    _store(wh, {"e1": ["a"], "e2": ["b"], "e3": ["c"]})
+    scores = {("j1", "a"): 3, ("j2", "a"): 3, ("j3", "a"): 4, ("j1", "b"): 2, ("j2", "b"): 4}
+
+    class ByModel(FakeGateway):
+        async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
+            self.calls.append((spec.name, messages[-1]["content"]))
+            score = scores.get((spec.name, messages[-1]["content"].removeprefix("rate: ")))
+            if score is None:
+                return fail("invalid_output")
+            return CallResult(call_hash=f"{spec.name}-{len(self.calls)}",
+                              content=f'{{"score": {score}}}', parsed=Score(score=score))
+
+    gw = ByModel(None)
+    ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
+    judge = EchoJudge("echo", "echo_judge", ("score",))
+    panel = [model("j1"), model("j2"), model("j3")]
+    out = asyncio.run(vd.judge_batch(ctx, [(judge, panel)], ["e1", "e2", "e3"]))
+    assert len(gw.calls) == 9  # every model judges every turn once
+    rows = {r["episode_id"]: r for r in wh.query("SELECT * FROM verdicts")}
+    assert rows["e1"]["value"] == 3.0 and rows["e1"]["reason"] == "ok"
+    assert rows["e2"]["value"] is None and rows["e2"]["reason"] == "no majority among 3 judges (2 scored)"
+    assert rows["e3"]["value"] is None and rows["e3"]["reason"].startswith("all judges unscored: ")
+    assert out["unscored"] == {"echo": 2}
+    # A panel is its own set; one model keeps the set id it always had.
+    assert vd.verdict_set_id(judge, panel) not in {vd.verdict_set_id(judge, m) for m in panel}
+    assert vd.verdict_set_id(judge, [panel[0]]) == vd.verdict_set_id(judge, panel[0])
+
+
 def test_views_read_completed_episodes_and_the_latest_set(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb").init()
     _store(wh, {"e1": ["a"], "e2": ["b"]}, status={"e2": "target_error"})

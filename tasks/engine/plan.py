@@ -52,8 +52,9 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             # role's distinct calls are the judge's alone.
             shared = judge.role in {r for _, c, _, _ in work
                                     for r in registry.lookup("user", c.user).roles}
-            calls[judge.role] = (max(calls.get(judge.role, 0), judged_turns) if shared
-                                 else calls.get(judge.role, 0) + judged_turns)
+            n = judged_turns * len(cfg.role_specs(judge.role))  # each voting model judges
+            calls[judge.role] = (max(calls.get(judge.role, 0), n) if shared
+                                 else calls.get(judge.role, 0) + n)
             if spec.max_turns > 1:
                 bound.add(judge.role)
     target_out = max((s.max_tokens for s in targets), default=512) // 2
@@ -66,7 +67,7 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
         base_in, base_out = known.tokens if known else (0, None)
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = base_in + opening_tokens + (0 if role == "targets" else target_out)
-        per_model = n / len(specs) if role == "targets" else n
+        per_model = n / len(specs)  # several targets share the calls, as do voting judges
         # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
         # estimated for these prompts, so the cached column is the live price.
         priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), 0.0,

@@ -31,7 +31,8 @@ def _hash(doc) -> str:
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:
-    """The spec's judges that run (with their model spec or None) and the names skipped."""
+    """The spec's judges that run, each with its model (None: a judge that needs none) or its
+    list of models when several vote, and the names skipped."""
     out, skipped = [], []
     for name, judge in cfg.spec.judge_objects():
         model = None
@@ -43,12 +44,13 @@ def spec_judges(cfg) -> tuple[list, list[str]]:
                     continue
                 raise ConfigError(f"{cfg.source_path or 'config'}: models.{judge.role}: needed "
                                   f"by judge {name} but not configured")
-            if len(specs) > 1:
-                raise ConfigError(f"{cfg.source_path or 'config'}: models.{judge.role}: one "
-                                  "judge model per role in this benchmark")
-            model = specs[0]
+            model = specs[0] if len(specs) == 1 else specs
         out.append((judge, model))
     return out, skipped
+
+
+def _models(model) -> list:
+    return [] if model is None else model if isinstance(model, list) else [model]
 
 
 def prompt_version(judge) -> str:
@@ -56,9 +58,16 @@ def prompt_version(judge) -> str:
                   judge.extra_version, list(judge.measures)])
 
 
+def _ident(model) -> dict:
+    return {"model": model.model, "params": model.generation_params(),
+            "structured": model.structured}
+
+
 def verdict_set_id(judge, model) -> str:
-    ident = None if model is None else {"model": model.model, "params": model.generation_params(),
-                                         "structured": model.structured}
+    """One judge model: as it always was; several voting models: the list of them, in order."""
+    models = _models(model)
+    ident = (None if not models else _ident(models[0]) if len(models) == 1
+             else [_ident(m) for m in models])
     return f"{judge.kind}-" + _hash({"kind": judge.kind, "judge": ident,
                                       "prompt": prompt_version(judge)})
 
@@ -73,7 +82,8 @@ def set_rows(ctx, judges: list) -> list[dict]:
     for (j, m), sid in zip(judges, ids):
         first = old.get(sid)  # a set keeps its first creation (views order sets by it)
         rows.append({"judgment_set_id": sid, "benchmark": ctx.config.spec.name, "kind": j.kind,
-                     "judge": None if m is None else m.model, "prompt_version": prompt_version(j),
+                     "judge": ", ".join(x.model for x in _models(m)) or None,
+                     "prompt_version": prompt_version(j),
                      "created": first["created"] if first else now,
                      "run_id": first["run_id"] if first else ctx.run_id})
     return rows
@@ -111,7 +121,7 @@ async def judge_batch(ctx, judges: list, episode_ids: list[str]) -> dict:
     """Run every judge over the batch's assistant turns; write all rows in one transaction
     (each set's earlier rows for these episodes are replaced). Returns counts."""
     views = load_turn_views(ctx.warehouse, ctx.config.spec.name, episode_ids)
-    kinds = [SpecKind(j, m, verdict_set_id(j, m)) for j, m in judges]
+    kinds = [SpecKind(j, _models(m), verdict_set_id(j, m)) for j, m in judges]
     pending: list[tuple] = []  # (kind, turn, the turn's request keys)
     for kind in kinds:
         for t in views:

@@ -90,6 +90,26 @@ class Judge:
     def unscored(self, reason: str) -> list[Measure]:
         return [Measure(m, None, None, reason) for m in self.measures]
 
+    def combine(self, per_judge: list[list[Measure]]) -> list[Measure]:
+        """Several judge models' measures of one turn as one: per measure, the (value, label)
+        more than half of the judges gave; otherwise unscored, saying why (a tie, no
+        majority, or every judge unscored). A judge with another rule overrides this."""
+        out = []
+        for i, name in enumerate(self.measures):
+            votes = [ms[i] for ms in per_judge]
+            scored = [(m.value, m.label) for m in votes if m.value is not None or m.label]
+            top, n = Counter(scored).most_common(1)[0] if scored else (None, 0)
+            if scored and 2 * n > len(votes):
+                first = next(m for m in votes if (m.value, m.label) == top)
+                out.append(Measure(name, top[0], top[1], first.reason))
+            elif not scored:
+                out.append(Measure(name, None, None, "all judges unscored: " + "; ".join(
+                    m.reason or "unscored" for m in votes)))
+            else:
+                out.append(Measure(name, None, None, f"no majority among {len(votes)} judges "
+                                   f"({len(scored)} scored)"))
+        return out
+
 
 def verdict_sample_key(model, messages: list[dict]) -> str | None:
     """A sampled judge's key from its request (a user policy that reads acts uses it too, so
@@ -100,13 +120,13 @@ def verdict_sample_key(model, messages: list[dict]) -> str | None:
 
 
 class SpecKind(JudgeKind):
-    """A spec's judge in one batch: one model (none for a judge that needs no call), at most
-    one request per turn, its measures as rows of ``verdicts``."""
+    """A spec's judge in one batch: its models (none for a judge that needs no call; several
+    vote), at most one request per turn, its measures as rows of ``verdicts``."""
 
     table = "verdicts"
 
-    def __init__(self, judge: Judge, model, set_id: str):
-        super().__init__([model] if model is not None else [], set_id)
+    def __init__(self, judge: Judge, models: list, set_id: str):
+        super().__init__(list(models), set_id)
         self.judge, self.kind, self.role = judge, judge.kind, judge.role
         self.unscored: Counter = Counter()
 
@@ -130,16 +150,22 @@ class SpecKind(JudgeKind):
         return (r.parsed, None, None, r.call_hash)
 
     def combine(self, votes: list[tuple]) -> tuple:
-        (vote,) = votes  # one judge model per role in the engine (checked when it loads)
-        return vote
+        # Votes are combined per measure in turn_rows (a vote's measures need its turn).
+        return votes[0]
+
+    def _measures(self, t: TurnView, vote: tuple) -> list[Measure]:
+        parsed, _, why, _ = vote
+        return self.judge.unscored(why) if why is not None else self.judge.verdicts(t, parsed)
 
     def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
         call_hash = None
         if not keys:
             measures = self.judge.verdicts(t, None)
-        else:
-            parsed, _, why, call_hash = self.final[keys[0]]
-            measures = self.judge.unscored(why) if why is not None else self.judge.verdicts(t, parsed)
+        elif len(self.specs) == 1:
+            vote = self.final[keys[0]]
+            measures, call_hash = self._measures(t, vote), vote[3]
+        else:  # several judge models: their measures combined (the judge's rule)
+            measures = self.judge.combine([self._measures(t, v) for v in self.votes[keys[0]]])
         for m in measures:
             assert isinstance(m, Measure)
             self.unscored[self.kind] += m.value is None and m.label is None
