@@ -76,14 +76,18 @@ async def _release_limits(ctx) -> None:
 
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
-                  shard_index: int = 0, shard_count: int = 1, replay: bool = False) -> dict:
+                  shard_index: int = 0, shard_count: int = 1, replay: bool = False,
+                  retry_failed: bool = False) -> dict:
     """``replay``: run every stage, also those whose inputs are unchanged since they last ran
-    whole (tasks/stage_memo.py; by default those are skipped, their rows already stored)."""
+    whole (tasks/stage_memo.py; by default those are skipped, their rows already stored).
+    ``retry_failed``: send again the deterministic calls whose failure an earlier run
+    remembered (tasks/gateway/client.py); implies ``replay``."""
     # One synchronous Prefect client for the whole run: the stages' progress and report
     # artifacts are sync calls, and each would otherwise build its own client (~50 ms, most
     # of it loading TLS certificates, even for an http:// API).
     with SyncClientContext.get_or_create():
-        return await _carryon(config, stages, limit, shard_index, shard_count, replay)
+        return await _carryon(config, stages, limit, shard_index, shard_count,
+                              replay or retry_failed, retry_failed)
 
 
 def _work_rows(ctx) -> list[dict]:
@@ -95,8 +99,10 @@ def _work_rows(ctx) -> list[dict]:
 
 
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
-                   shard_count: int, replay: bool) -> dict:
+                   shard_count: int, replay: bool, retry_failed: bool = False) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
+    if retry_failed:
+        ctx.gateway.retry_failed = True
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,
                      "home": str(ctx.home), "stages": {}, "seconds": {}}
     work_rows = None
@@ -127,6 +133,9 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
     summary["requests"] = sum(s.requests for s in gw.stats.values()) if gw else 0
     summary["cache_hits"] = sum(s.hits for s in gw.stats.values()) if gw else 0
     summary["failures"] = {r: s.failures for r, s in gw.stats.items() if s.failures} if gw else {}
+    # Failures read back from earlier runs (deterministic junk), not sent again.
+    summary["remembered_failures"] = ({r: s.remembered for r, s in gw.stats.items()
+                                       if s.remembered} if gw else {})
     finish_run(ctx, "succeeded")
     _restamp_report(ctx, summary)
     return summary

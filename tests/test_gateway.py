@@ -121,7 +121,11 @@ def test_empty_output_is_a_failure_not_cached(gateway, llm_server):
     s = spec_for(llm_server)
     r = run(gateway.chat(s, "t", msgs("x")))
     assert r.error_kind == "empty_output"
-    assert run(gateway.chat(s, "t", msgs("x"))).cached is False
+    # Never an answer: the same deterministic request reads back as the same failure
+    # (remembered, tests/test_remembered_failures.py), never as content.
+    again = run(gateway.chat(s, "t", msgs("x")))
+    assert not again.ok and again.content is None and again.error_kind == "empty_output"
+    assert gateway.cache.get(r.call_hash) is None
 
 
 def test_malformed_structured_output_is_reasked_then_recorded(gateway, llm_server):

@@ -2,7 +2,14 @@
 
 Each entry is ``{"content", "prompt_tokens", "completion_tokens", "cost_usd", "role", "model"}``
 tagged with the role, so ``carryon cache`` can count and drop by role or model. Only valid,
-non-empty answers are ever stored (the gateway decides). A corrupt entry reads as a miss.
+non-empty answers are ever stored as answers (the gateway decides). A corrupt entry reads as
+a miss.
+
+Beside the answers, under keys of their own (``failed:<key>``), the cache remembers the
+deterministic failures of deterministic calls (tasks/gateway/client.py): the same request
+to the same model at temperature 0 gives the same junk again, so a rerun need not pay for
+it. A remembered failure is never an answer: ``get`` never returns it, and it carries only
+the failure's kind and message.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ class CacheError(Exception):
 # because its inputs are unchanged (tasks/stage_memo.py) relies on its answers still being
 # here, so its fingerprint holds this token.
 GENERATION_FILE = "carryon-generation"
+# The key prefix of remembered failures.
+FAILED = "failed:"
 
 
 def generation(directory: Path) -> str:
@@ -74,10 +83,29 @@ class ResponseCache:
 
     def set(self, key: str, value: dict, role: str) -> None:
         self._c.set(key, value, tag=role, retry=True)
+        self.forget_failure(key)  # an answer supersedes a remembered failure
+
+    # ----- remembered failures --------------------------------------------------------------
+    def get_failure(self, key: str) -> dict | None:
+        """The remembered failure of ``key`` ({"error_kind", "error", ...}), or None."""
+        try:
+            value = self._c.get(FAILED + key, default=None, retry=True)
+        except Exception:  # unreadable: not remembered, the call is sent
+            return None
+        ok = isinstance(value, dict) and isinstance(value.get("error_kind"), str)
+        return value if ok else None
+
+    def remember_failure(self, key: str, value: dict, role: str) -> None:
+        self._c.set(FAILED + key, value, tag=FAILED + role, retry=True)
+
+    def forget_failure(self, key: str) -> None:
+        self._c.delete(FAILED + key, retry=True)
 
     def entries(self):
-        """(key, value) of every readable entry."""
+        """(key, value) of every readable answer (remembered failures are not answers)."""
         for key in self._c.iterkeys():
+            if isinstance(key, str) and key.startswith(FAILED):
+                continue
             value = self.get(key)
             if value is not None:
                 yield key, value

@@ -52,8 +52,18 @@ class ServerUnavailable(Exception):
 class _Stats:
     requests: int = 0
     hits: int = 0
-    failures: int = 0
+    failures: int = 0  # calls that failed in this run (sent, or from a batch line)
     retries: int = 0
+    remembered: int = 0  # failures read back from an earlier run, not sent again
+
+
+# Failures a deterministic call (temperature 0) meets again on every resend: the same request
+# to the same model gives the same junk. Remembered in the cache beside the answers, so a
+# rerun does not pay for them; every other failure (connection, rate limit, 5xx, timeout) is
+# transient and always retried. ``carryon run --retry-failed`` sends remembered ones again.
+DETERMINISTIC_FAILURES = ("invalid_output", "empty_output", "reasoning_exhausted")
+REMEMBERED_NOTE = ("remembered from an earlier run: the same deterministic request gave this; "
+                   "`carryon run --retry-failed` sends it again")
 
 
 class Gateway:
@@ -68,6 +78,8 @@ class Gateway:
         # The warehouse batch mode records its provider batches in (llm_batches), set by the
         # run context; without one every call is live.
         self.batch_store = None
+        # True: remembered failures are sent again (carryon run --retry-failed).
+        self.retry_failed = False
         self._batchers: dict = {}
         self.batch_progress = {"submitted": 0, "resumed": 0, "done": 0, "pending": 0, "waiting": 0}
         # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
@@ -125,7 +137,7 @@ class Gateway:
         """One line for progress heartbeats: calls answered, from the cache, failed."""
         req = sum(s.requests for s in self.stats.values())
         hits = sum(s.hits for s in self.stats.values())
-        fails = sum(s.failures for s in self.stats.values())
+        fails = sum(s.failures + s.remembered for s in self.stats.values())
         inflight = len(self._inflight)
         line = f"model calls: {req} sent, {hits} from cache, {fails} failed, {inflight} in flight"
         if self.batch_progress["submitted"] or self.batch_progress["resumed"]:
@@ -290,12 +302,32 @@ class Gateway:
                                  "junk_checked": True}, role)
         else:
             st.failures += 1
+            if not spec.temperature and r.error_kind in DETERMINISTIC_FAILURES:
+                self.cache.remember_failure(key, {"error_kind": r.error_kind, "error": r.error,
+                                                  "role": role, "model": spec.model}, role)
         self._record(role, spec, r)
+
+    def _remembered(self, key: str, role: str, spec: ModelSpec) -> CallResult | None:
+        """The failure an earlier run met on this deterministic call, as a failed result (never
+        an answer), or None."""
+        if spec.temperature or self.retry_failed:
+            return None
+        failed = self.cache.get_failure(key)
+        if failed is None or failed["error_kind"] not in DETERMINISTIC_FAILURES:
+            return None
+        r = CallResult(call_hash=key, cached=True, error_kind=failed["error_kind"],
+                       error=f"{failed.get('error') or ''} ({REMEMBERED_NOTE})")
+        self._stat(role).remembered += 1
+        self._record(role, spec, r)
+        return r
 
     async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
         hit = self._hit(key, role, spec, messages, prompt, schema)
         if hit is not None:
             return hit
+        remembered = self._remembered(key, role, spec)
+        if remembered is not None:
+            return remembered
         r = await self._request(key, spec, role, messages, prompt, schema)
         self._store(key, spec, role, r)
         self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
