@@ -61,6 +61,12 @@ def test_placeholder_echoes_are_not_answers():
     dec = [{"role": "user", "content": 'Answer with JSON: {"items": [{"question": "...", "category": "..."}]}'}]
     assert "no words" in junk_reason("", Item(question="...", category="Resource"), dec)
     assert junk_reason("", Item(question="Does it name a helpline?", category="Resource"), dec) is None
+    # Whatever its length: the OpenSafeIntent judges' own placeholder (over 70 characters).
+    long = "<a few sentences: what is asked, what the response gives, what it leaves out>"
+    assert len(long) > 70
+    assert "placeholder" in junk_reason("", IntentOut(intent=long), msgs)
+    judge = [{"role": "user", "content": f'Answer with JSON: {{"reason": "{long}", "score": 3}}'}]
+    assert "placeholder" in junk_reason("", IntentOut(intent=long), judge)
 
 
 def test_empty_looking_and_copied_text_is_not_an_answer():
@@ -90,8 +96,13 @@ def test_a_persistent_placeholder_is_reasked_then_a_failure(gateway, llm_server)
     r = asyncio.run(gateway.chat(spec(llm_server.api_base), "intent_rewriter", msgs, schema=IntentOut))
     assert not r.ok and r.error_kind == "invalid_output" and "placeholder" in r.error
     assert llm_server.counts["intent_rewriter"] == 1 + gateway.cfg.max_parse_retries
-    # a failure is never cached: the next call asks again
+    # a failure is never cached as an answer; it is remembered (a greedy model would repeat
+    # it), and --retry-failed asks again
+    again = asyncio.run(gateway.chat(spec(llm_server.api_base), "intent_rewriter", msgs, schema=IntentOut))
+    assert again.error_kind == "invalid_output" and again.parsed is None
+    assert llm_server.counts["intent_rewriter"] == 1 + gateway.cfg.max_parse_retries
     llm_server.scripts["intent_rewriter"] = lambda body: json.dumps({"intent": "I teach a media course."})
+    gateway.retry_failed = True
     r = asyncio.run(gateway.chat(spec(llm_server.api_base), "intent_rewriter", msgs, schema=IntentOut))
     assert r.ok and r.parsed.intent == "I teach a media course." and not r.cached
 

@@ -11,7 +11,9 @@ The rules, deliberately narrow so that a real answer is never refused:
 - empty-looking: a text with no letter or digit at all ("...", "—", "{}");
 - a placeholder echoed back: a string value equal to one of the prompt's quoted example
   values (a literal holding "..." or a ``<placeholder>``, e.g. ``"<the statement>"``,
-  ``"I am ..."``), or a bare ``<...>`` / ``[...]`` placeholder of a few words;
+  ``"I am ..."``), or a bare ``<...>`` / ``[...]`` placeholder, whatever its length (a
+  judge's ``<a few sentences: what is asked, what the response gives, what it leaves out>``
+  is as much a placeholder as ``<the statement>``: one rule for every prompt);
 - a copy of the prompt (free-text answers only): the answer, whitespace-normalised, equals the
   last user message or is a long verbatim slice of it (the message is at least 40 characters).
   Structured answers are exempt: a judge's evidence is a verbatim quote by design.
@@ -24,8 +26,8 @@ import re
 from pydantic import BaseModel
 
 _ALNUM = re.compile(r"[^\W_]", re.UNICODE)
-_PLACEHOLDER = re.compile(r"^\s*(<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\])\s*$")
-_QUOTED = re.compile(r'"([^"\n]{1,60})"')
+_PLACEHOLDER = re.compile(r"^\s*(<[^<>\n]+>|\[[^\[\]\n]+\])\s*$")
+_QUOTED = re.compile(r'"([^"\n]+)"')
 MIN_COPY_CHARS = 40
 
 
