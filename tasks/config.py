@@ -25,6 +25,7 @@ from pydantic import (
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
 from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
 from tasks.engine import registry
+from tasks.input_files import CONFIG_MAX_BYTES, InputFileError, read_input_bytes
 from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
@@ -37,7 +38,7 @@ PAPER_EXCLUDED_CATEGORIES = [
 
 
 # A config file larger than this is not a config file (and YAML parsing is not free).
-MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_BYTES = CONFIG_MAX_BYTES
 
 
 # The model entry (as written and as resolved) lives in tasks/model_entry.py; re-exported
@@ -286,10 +287,9 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a config file; raise ConfigError naming the file and the field."""
     path = Path(path)
     try:
-        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size} bytes is too large for a config "
-                              f"file (at most {MAX_CONFIG_BYTES})")
-        data = path.read_bytes()
+        data = read_input_bytes(path, "config", MAX_CONFIG_BYTES)
+    except InputFileError as e:
+        raise ConfigError(str(e)) from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config: {e.strerror or e}") from None
     try:

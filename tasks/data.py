@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tasks.categories import ALIASES, CATEGORIES, Category, lookup
 from tasks.config import Config, ConfigError
+from tasks.input_files import InputFileError, read_input_bytes
 
 SAMPLE_PATH = Path(__file__).parent / "datasets" / "sample_casebench.json"
 
@@ -184,11 +185,21 @@ def _loads(text: str, where: str):
 
 
 # ----- loaders -------------------------------------------------------------------------------
+def read_dataset(path) -> bytes:
+    """A dataset file's bytes, checked first (tasks/input_files.py): a FIFO, a device, a
+    folder or a file past the size limit is one DataError line; a missing file raises
+    FileNotFoundError for the loader's own message."""
+    try:
+        return read_input_bytes(path, "dataset")
+    except InputFileError as e:
+        raise DataError(str(e)) from None
+
+
 def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow]:
     """All queries of a CASE-Bench-shaped file, each with its safe context, in file order."""
     path = Path(path)
     try:
-        rows = _loads(path.read_bytes().decode("utf-8-sig"), str(path))
+        rows = _loads(read_dataset(path).decode("utf-8-sig"), str(path))
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
@@ -252,7 +263,7 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
         # Split on newlines only: str.splitlines also breaks at U+2028/U+2029/U+0085, which
         # JSON allows unescaped inside strings, and would cut a valid line in two.
         # (Bytes, not read_text: universal newlines would also split at a lone "\r".)
-        lines = [ln.removesuffix("\r") for ln in path.read_bytes().decode("utf-8").split("\n")]
+        lines = [ln.removesuffix("\r") for ln in read_dataset(path).decode("utf-8").split("\n")]
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

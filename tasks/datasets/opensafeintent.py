@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tasks.data import DataError
+from tasks.data import DataError, read_dataset
 from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
@@ -47,7 +47,7 @@ LIST_FIELD = "dual_use_paraphrases"
 def _read(path: Path):
     try:
         # utf-8-sig strips a BOM when there is one and reads plain UTF-8 otherwise.
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_dataset(path).decode("utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file (OpenSafeIntent's dataset.json is not shipped: "
                         "give the path of your copy in dataset.path)") from None

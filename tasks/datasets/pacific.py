@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tasks.data import DataError
+from tasks.data import DataError, read_dataset
 from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
@@ -141,7 +141,7 @@ def _prompt(context: str, question: str) -> str:
 
 def _read(path) -> list:
     try:
-        raw = Path(path).read_text(encoding="utf-8")
+        raw = read_dataset(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read: {e}") from None
     try:

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from tasks.input_files import InputFileError, read_input_bytes
 from tasks.validation import ValidationError
 from tasks.validation.page import FORMAT, SCALES, page_data
 from warehouse.schema import ValidationAnnotation
@@ -36,13 +37,17 @@ def parse_file(wh, path: Path) -> tuple[str, str, list[dict], int]:
     """(sample_id, annotator, rows, questions on the page) of one exported file."""
     name = str(path)
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        obj = json.loads(read_input_bytes(path, "annotation export").decode("utf-8"))
     except FileNotFoundError:
         raise ValidationError(f"{name}: no such file") from None
+    except InputFileError as e:
+        raise ValidationError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValidationError(f"{name}: cannot read: {e}") from None
     except json.JSONDecodeError as e:
         raise ValidationError(f"{name}: not JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise ValidationError(f"{name}: nested too deeply for a page's export") from None
     if not isinstance(obj, dict):
         raise ValidationError(f"{name}: expected a JSON object (the page's export)")
     annotator = obj.get("annotator")
