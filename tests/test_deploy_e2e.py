@@ -1,7 +1,7 @@
 """Deployments and scale-out (issue #7).
 
 Fast unit tests of the shard merge (hand-written rows), then two end-to-end tests on a real
-Prefect server on loopback, started by the real setup command (`python -m flows.cli_prefect
+Prefect server on loopback, started by the real setup command (`python -m flows.cli server
 up`), with the LLM test server as a subprocess:
 
 1. `prefect deployment run carryon/full --watch` on a test config: the run completes, the
@@ -31,7 +31,7 @@ import yaml
 from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401
-from tasks import prefect_server
+from tasks.ops import prefect_server
 from tests.conftest import base_config
 from warehouse import Warehouse
 from warehouse.merge import MergeError, merge_warehouses, resolve_warehouse
@@ -79,7 +79,7 @@ def test_merge_upserts_every_row_once(tmp_path):
 def test_merge_home_folders_and_cli(tmp_path):
     _shard(tmp_path / "s0" / "warehouse.duckdb", "r0", ["0a"])
     _shard(tmp_path / "s1" / "warehouse.duckdb", "r1", ["0b"])
-    out = subprocess.run([PY, "-m", "flows.cli_prefect", "merge", "--into", str(tmp_path / "all"),
+    out = subprocess.run([PY, "-m", "flows.cli", "merge", "--into", str(tmp_path / "all"),
                           "--from", str(tmp_path / "s0"), "--from", str(tmp_path / "s1"), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -96,7 +96,16 @@ def test_merge_bad_source_writes_nothing(tmp_path):
     target = tmp_path / "t.duckdb"
     with pytest.raises(MergeError, match=r"bad\.duckdb: table queries: missing column\(s\) \['category'"):
         merge_warehouses(target, [good, bad])
-    assert Warehouse(target).count("queries") == 0  # the good source's rows did not land either
+    assert not target.exists()  # nothing landed, not even an empty warehouse
+    text = tmp_path / "notes.duckdb"
+    text.write_text("not a database")
+    with pytest.raises(MergeError, match=r"notes\.duckdb: cannot open as a DuckDB warehouse"):
+        merge_warehouses(target, [good, text])
+    assert not target.exists()
+    merge_warehouses(target, [good])  # an existing target keeps its rows when a merge fails
+    with pytest.raises(MergeError, match="missing column"):
+        merge_warehouses(target, [bad])
+    assert Warehouse(target).count("queries") == 1
     with pytest.raises(MergeError, match="does not exist"):
         merge_warehouses(target, [tmp_path / "nope.duckdb"])
     with pytest.raises(MergeError, match="given twice"):
@@ -170,7 +179,7 @@ def prefect_up(tmp_path_factory):
     then the logs are checked for tracebacks and telemetry errors."""
     home = tmp_path_factory.mktemp("pfhome")
     port = prefect_server.free_port()
-    cmd = [PY, "-m", "flows.cli_prefect", "up", "--home", str(home), "--port", str(port),
+    cmd = [PY, "-m", "flows.cli", "server", "up", "--home", str(home), "--port", str(port),
            "--poll-s", "2", "--worker-limit", "1"]
     try:
         out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
@@ -180,7 +189,7 @@ def prefect_up(tmp_path_factory):
         state = prefect_server.read_state(home)
         yield {"home": home, **state}
     finally:
-        down = subprocess.run([PY, "-m", "flows.cli_prefect", "down", "--home", str(home)],
+        down = subprocess.run([PY, "-m", "flows.cli", "server", "down", "--home", str(home)],
                               cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert down.returncode == 0 and down.stdout.strip() == "stopped", down.stdout + down.stderr
     assert prefect_server.read_state(home) is None

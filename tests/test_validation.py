@@ -4,6 +4,8 @@ scripted synthetic annotators of known agreement."""
 
 from __future__ import annotations
 
+import random
+
 import hashlib
 import json
 import math
@@ -209,6 +211,7 @@ def _cli(*args):
     return r.exit_code, r.output
 
 
+@pytest.mark.slow  # the whole validation workflow through the CLI: every command, pages, imports and the report
 def test_workflow_end_to_end(wh_cfg, tmp_path):
     wh, cfg = wh_cfg
     code, out = _cli("sample", "--kind", "naturalness", "--config", cfg, "--seed", 1)
@@ -348,3 +351,16 @@ def test_import_errors_name_file_annotator_and_field(wh_cfg, tmp_path):
     assert code == 2 and "no such file" in out
     code, out = _cli("page", "--kind", "fluency", "--config", cfg, "--out", tmp_path)
     assert code == 2 and "--kind" in out
+
+
+def test_an_empty_benutil_sample_names_the_real_reason():
+    from tasks.validation.sample import _why_empty, draw_benutil
+
+    one_length = [{"conversation_id": f"c{i}", "query_id": "q", "flow_id": f"f{i}",
+                   "target": t, "length": 4, "condition": "BC"}
+                  for i, t in enumerate(["a", "b", "a"])]
+    assert draw_benutil(one_length, random.Random(0))[0] == []
+    assert "every conversation of this run has 4 turns: run two lengths" in _why_empty("benutil", one_length)
+    one_target = [dict(c, target="a", length=4 + 2 * i) for i, c in enumerate(one_length)]
+    assert "this run has one target (a)" in _why_empty("benutil", one_target)
+    assert "run the benchmark first" in _why_empty("benutil", [])

@@ -73,6 +73,22 @@ def merge_warehouses(target: Path, sources: list[Path]) -> dict:
     if dup:
         raise MergeError(f"source(s) given twice: {sorted(dup)}")
 
+    for s in srcs:  # every source opens before the target is touched
+        try:
+            duckdb.connect(str(s), read_only=True).close()
+        except duckdb.Error as e:
+            raise MergeError(f"{s}: cannot open as a DuckDB warehouse: {str(e).splitlines()[0]}") from None
+    created = not target.exists()
+    try:
+        return _merge_into(target, srcs)
+    except BaseException:
+        if created:  # a failed merge into a new file leaves no empty warehouse behind
+            for leftover in (target, target.with_name(target.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+
+
+def _merge_into(target: Path, srcs: list[Path]) -> dict:
     wh = Warehouse(target)
     try:
         wh.init()  # tables and views, so the merged file is a complete warehouse

@@ -158,6 +158,23 @@ def draw_benutil(convs: list[dict], rng: random.Random, pairs: int = 25) -> tupl
     return out, notes
 
 
+def _why_empty(kind: str, convs: list[dict]) -> str:
+    """Why a sample came out empty, in the terms of what the run has."""
+    if not convs:
+        return "no completed BC/NC conversations yet: run the benchmark first"
+    if kind == "benutil":
+        lengths = sorted({c["length"] for c in convs})
+        targets = sorted({c["target"] for c in convs})
+        if len(lengths) < 2:
+            return (f"a pair compares two conversations of different lengths, and every "
+                    f"conversation of this run has {lengths[0]} turns: run two lengths or more")
+        if len(targets) < 2:
+            return (f"a pair compares two targets' conversations, and this run has one target "
+                    f"({targets[0]}): run two targets or more")
+        return ("no query has two conversations that differ in length, flow and target")
+    return "no scored judgments of completed conversations yet: run the judge stage"
+
+
 def draw_safety(rows: list[dict], rng: random.Random, per_score: int = 20) -> tuple[list[dict], list[str]]:
     by_s: dict[int, list[dict]] = defaultdict(list)
     for r in rows:
@@ -208,8 +225,7 @@ def draw_sample(wh, kind: str, seed: int = 0, n_annotators: int = 3, *, flows_pe
             assignments[_annotator(i)] = ids
         notes.append(f"{n_annotators} annotators, each labels all {len(units)} units")
     if not units:
-        raise ValidationError(f"the warehouse has nothing to sample for {kind} "
-                              "(no completed BC/NC conversations or judgments yet: run the benchmark first)")
+        raise ValidationError(f"the warehouse has nothing to sample for {kind} ({_why_empty(kind, convs)})")
     sample_id = f"{kind}-{seed}"
     params = {"flows_per_length": flows_per_length, "per_annotator": per_annotator, "pairs": pairs,
               "per_score": per_score, "notes": notes}
