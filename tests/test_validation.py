@@ -4,11 +4,10 @@ scripted synthetic annotators of known agreement."""
 
 from __future__ import annotations
 
-import random
-
 import hashlib
 import json
 import math
+import random
 
 import pytest
 from typer.testing import CliRunner
