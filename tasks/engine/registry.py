@@ -117,8 +117,8 @@ def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
                              "with a Role(...)")
 
     def deco(obj):
-        mod = getattr(obj, "__module__", None) or sys._getframe(1).f_globals.get("__name__", "")
-        _REGISTRY[(kind, name)] = Component(kind, name, obj, args, tuple(names), mod, meta)
+        _REGISTRY[(kind, name)] = Component(kind, name, obj, args, tuple(names),
+                                            getattr(obj, "__module__", ""), meta)
         return obj
 
     return deco
