@@ -335,7 +335,9 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
     allowed = spec.config_roles()
     extra = cfg.models.model_extra or {}
     for name in [*ROLES, *extra]:
-        if name not in allowed and getattr(cfg.models, name) not in (None, []):
+        # A key no component declares is refused even when empty; a table role of another
+        # benchmark may stay unset.
+        if name not in allowed and (name in extra or getattr(cfg.models, name) not in (None, [])):
             raise ConfigError(f"{path}: models.{name}: not a role of benchmark {spec.name} "
                               f"(its roles: {', '.join(allowed)})")
     for name, value in extra.items():  # a component's own role: the entry's shape is its

@@ -137,8 +137,11 @@ def test_malformed_structured_output_is_reasked_then_recorded(gateway, llm_serve
     # The re-ask carries the invalid answer and the reason.
     last = llm_server.requests[-1]["body"]["messages"]
     assert last[-2]["role"] == "assistant" and "not valid" in last[-1]["content"]
-    # Never cached: a later valid answer is requested afresh.
+    # Never cached as an answer: remembered as the failure it is (a greedy model repeats it),
+    # and requested afresh when failures are retried (carryon run --retry-failed).
+    assert run(gateway.chat(s, "judge", msgs("x"), schema=Verdict)).error_kind == "invalid_output"
     llm_server.scripts["judge"] = lambda body: json.dumps({"fulfilled": True, "evidence": "e"})
+    gateway.retry_failed = True
     ok = run(gateway.chat(s, "judge", msgs("x"), schema=Verdict))
     assert ok.ok and not ok.cached and ok.parsed.fulfilled is True
 
