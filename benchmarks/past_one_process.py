@@ -321,7 +321,7 @@ def fixed_cost_figures() -> dict:
                            capture_output=True, text=True, check=True)
         return float(r.stdout.strip().splitlines()[-1])
 
-    boot = "from tasks.ephemeral import start_temporary_server; s = start_temporary_server()"
+    boot = "from tasks.ops.ephemeral import start_temporary_server; s = start_temporary_server()"
     # Three fresh processes each: one sample of a 3-second import swings by half a second on
     # this shared machine. The median is the figure; every sample is kept.
     imports = sorted(timed("import flows.cli, flows.carryon") for _ in range(3))

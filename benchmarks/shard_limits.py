@@ -37,7 +37,7 @@ from tests.shard_worker import run_shards  # noqa: E402
 def measure(shards: int = 2, calls: int = 200, limit: int = 16, latency_s: float = 0.25,
             max_retries: int = 20) -> dict:
     """Run both modes; {"local": figures, "shared": figures, "config": ...}."""
-    from tasks.ephemeral import start_temporary_server
+    from tasks.ops.ephemeral import start_temporary_server
 
     prefect = start_temporary_server()
     if prefect is not None:

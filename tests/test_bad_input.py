@@ -81,7 +81,7 @@ def test_unusable_home_or_cache_fails_before_prefect_starts(tmp_path, where, fie
     cfg = {"home": str(tmp_path / "home"), "dataset": {"source": "sample", "limit": 1}, field: str(target)}
     path = _config(tmp_path, yaml.safe_dump(cfg))
     # If the run got as far as starting Prefect's temporary server, the test would notice:
-    import tasks.ephemeral as eph
+    import tasks.ops.ephemeral as eph
 
     monkeypatch.setattr(eph, "start_temporary_server",
                         lambda *a, **k: pytest.fail("Prefect started before the home check"))

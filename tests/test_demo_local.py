@@ -16,7 +16,7 @@ import yaml
 
 pytest.importorskip("llama_cpp")
 
-from tasks import local_model  # noqa: E402
+from tasks.ops import local_model  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
 
 if local_model.default_model_path() is None:

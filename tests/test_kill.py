@@ -2,7 +2,7 @@
 
 - ``carryon run`` without ``PREFECT_API_URL`` runs against a temporary Prefect server that
   dies with it: SIGKILL of the ``carryon`` process alone (not its group) leaves no process
-  it started, and a normal run leaves none either (tasks/ephemeral.py);
+  it started, and a normal run leaves none either (tasks/ops/ephemeral.py);
 - a runs row left ``running`` by a dead process is marked ``interrupted`` by the next
   ``open_run`` on the same host (tasks/run.py ``mark_interrupted``).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.ephemeral import MARK
+from tasks.ops.ephemeral import MARK
 from tests.conftest import base_config
 from warehouse import Warehouse
 from warehouse.schema import Run
@@ -264,7 +264,7 @@ def test_completed_run_leaves_no_orphan(llm_process, tmp_path):
 # ----------------------------------------------------------------------------- units
 
 def test_no_temporary_server_when_an_api_url_is_set(monkeypatch):
-    from tasks import ephemeral
+    from tasks.ops import ephemeral
 
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     monkeypatch.setattr(ephemeral.subprocess, "Popen", lambda *a, **k: pytest.fail("spawned"))
@@ -281,7 +281,7 @@ def test_no_temporary_server_when_an_api_url_is_set(monkeypatch):
 def test_boot_sets_a_parent_death_signal():
     """The bootstrap asks for SIGKILL on its parent's death: killing the parent (alone) takes
     the child along. (uvicorn replaced by a sleep, to test just the bootstrap.)"""
-    from tasks.ephemeral import BOOT
+    from tasks.ops.ephemeral import BOOT
 
     boot = BOOT.replace('runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)',
                         "import time; time.sleep(60)")

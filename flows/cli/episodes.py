@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli_table import _print_table
+from flows.cli.table import _print_table
 
 
 def print_items(cfg, json_out: bool, limit: Optional[int]) -> None:

@@ -1,8 +1,8 @@
-"""``carryon server up|down|status|add-worker`` and ``carryon merge``.
+"""``carryon server up|down|status|add-worker|stop-worker`` and ``carryon merge``.
 
-Registered in flows/cli.py (``app.add_typer(server_app, name="server")`` and
-``app.command("merge")(merge)``); ``python -m flows.cli_prefect up|down|status|add-worker|merge``
-works the same way without it.
+Registered in flows/cli/__init__.py (``app.add_typer(server_app, name="server")`` and
+``app.command("merge")(merge)``); without the console script: ``python -m flows.cli server
+up|down|status|add-worker|stop-worker`` and ``python -m flows.cli merge``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def server_up(home: Optional[str] = HomeOpt,
               timeout_s: float = typer.Option(180.0, help="Give up on any one step after this long.")):
     """Start the Prefect server (SQLite under <home>/prefect), deploy carryon/full and
     carryon/demo, and start a worker. Safe to run again."""
-    from tasks import prefect_server
+    from tasks.ops import prefect_server
 
     try:
         state = prefect_server.up(_home(home), port=port, worker=worker, worker_limit=worker_limit,
@@ -67,7 +67,7 @@ def server_add_worker(name: str = typer.Argument(..., help="A name for the worke
                       poll_s: float = typer.Option(5.0, help="How often it asks for new runs (s).")):
     """Start one more worker on this machine's server (e.g. one per shard, each with its
     own --carryon-home; then `carryon merge`)."""
-    from tasks import prefect_server
+    from tasks.ops import prefect_server
 
     env = {"CARRYON_HOME": str(Path(carryon_home).expanduser().resolve())} if carryon_home else None
     try:
@@ -81,7 +81,7 @@ def server_add_worker(name: str = typer.Argument(..., help="A name for the worke
 def server_stop_worker(name: str = typer.Argument(..., help="The worker's name."),
                        home: Optional[str] = HomeOpt):
     """Stop one worker started by `up` or `add-worker`."""
-    from tasks import prefect_server
+    from tasks.ops import prefect_server
 
     typer.echo("stopped" if prefect_server.stop_worker(_home(home), name) else "not running")
 
@@ -89,7 +89,7 @@ def server_stop_worker(name: str = typer.Argument(..., help="The worker's name."
 @server_app.command("down")
 def server_down(home: Optional[str] = HomeOpt):
     """Stop the workers and the server started by `up` (TERM, then KILL)."""
-    from tasks import prefect_server
+    from tasks.ops import prefect_server
 
     typer.echo("stopped" if prefect_server.down(_home(home)) else "not running")
 
@@ -97,7 +97,7 @@ def server_down(home: Optional[str] = HomeOpt):
 @server_app.command("status")
 def server_status(home: Optional[str] = HomeOpt):
     """Print the record with live flags; exit 1 if the server is not healthy."""
-    from tasks import prefect_server
+    from tasks.ops import prefect_server
 
     state = prefect_server.status(_home(home))
     if state is None:
@@ -125,14 +125,3 @@ def merge(into: str = typer.Option(..., "--into", help="Target: a warehouse .duc
     for table, n in counts.items():
         typer.echo(f"{table:20s} {n:>9d} rows")
 
-
-# `python -m flows.cli_prefect up|down|status|add-worker|merge` until flows/cli.py registers
-# server_app and merge; the same functions, at the top level.
-_standalone = typer.Typer(no_args_is_help=True, add_completion=False)
-for _name, _fn in [("up", server_up), ("add-worker", server_add_worker),
-                   ("stop-worker", server_stop_worker), ("down", server_down),
-                   ("status", server_status), ("merge", merge)]:
-    _standalone.command(_name)(_fn)
-
-if __name__ == "__main__":
-    _standalone()

@@ -1,4 +1,4 @@
-"""The command line's plain-text table (flows/cli.py and flows/cli_episodes.py print them)."""
+"""The command line's plain-text table (every command that prints rows uses it)."""
 
 from __future__ import annotations
 

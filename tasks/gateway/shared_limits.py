@@ -58,7 +58,7 @@ def shared_limits_enabled(setting: str, shards: int = 1) -> bool:
     sharded shares only when asked (``on``), because slots held by a killed run stay taken
     until their leases expire."""
     if setting == "auto":
-        from tasks.ephemeral import long_lived_api_url
+        from tasks.ops.ephemeral import long_lived_api_url
 
         return shards > 1 and long_lived_api_url() is not None
     return setting == "on"

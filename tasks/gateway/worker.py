@@ -24,7 +24,7 @@ import sys
 
 from tasks.gateway.transport import Failure, _litellm, error_text, send
 from tasks.gateway.workers import frame, read_frame
-from tasks.parent_death import die_with_parent
+from tasks.ops.parent_death import die_with_parent
 
 
 async def serve(sock: socket.socket) -> None:

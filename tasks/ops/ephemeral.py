@@ -37,14 +37,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tasks.daemons import HOST, free_port
+from tasks.ops.daemons import HOST, free_port
 
 # The child's program: ``python -c BOOT <parent pid> <uvicorn args...>``. The first line
 # marks its cmdline, so tests (and people) can find it in /proc.
 MARK = "carryon-temporary-prefect-server"
 BOOT = f"""# {MARK}
 import runpy, sys
-from tasks.parent_death import die_with_parent
+from tasks.ops.parent_death import die_with_parent
 die_with_parent(int(sys.argv[1]))
 sys.argv = ["uvicorn", *sys.argv[2:]]
 runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)

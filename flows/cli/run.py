@@ -1,0 +1,149 @@
+"""``carryon run`` (the benchmark through the Prefect flow, with a summary) and ``carryon
+plan`` (its calls, tokens and cost before anything is spent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli.common import ConfigOpt, _fail
+from flows.cli.table import _print_table
+from tasks.config import ConfigError, load_config
+
+
+def run(config: str = ConfigOpt,
+        stages: str = typer.Option("all", help="Comma-separated: checklists,simulate,judge,report."),
+        limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
+        shard_index: int = typer.Option(0, help="This worker's shard (0-based)."),
+        shard_count: int = typer.Option(1, help="How many shards split the queries."),
+        replay: bool = typer.Option(False, "--replay", help=(
+            "Run every stage, also a model stage whose inputs are unchanged since it last ran "
+            "whole (skipped by default: its rows are already stored)."))):
+    """Run the benchmark (all stages, or --stages) through the Prefect flow."""
+    import asyncio
+
+    from tasks.gateway.cache import CacheError
+    from tasks.gateway.client import ServerUnavailable
+    from tasks.data import DataError
+    from tasks.stage_errors import StageFailed
+    from tasks.judge import JudgeError
+    from tasks.report import ReportError
+    from tasks.run import parse_stages, preflight
+    from warehouse import WarehouseError
+
+    try:  # validate before Prefect starts (its server costs seconds)
+        cfg = load_config(config)
+        selected = parse_stages(stages, cfg.spec.stages)
+        preflight(cfg, selected, limit)
+    except ConfigError as e:
+        _fail(str(e))
+    from tasks.ops.ephemeral import TemporaryServerError, start_temporary_server
+    from tasks.gateway.workers import prestart, stop_prestarted, worker_count
+
+    if any(stage != "report" for stage in selected):
+        # The gateway's workers import litellm (seconds of CPU) while Prefect's server starts
+        # and the flow is imported, instead of holding up the first model call. Stages that
+        # turn out unchanged are skipped and leave them unused: stopped below.
+        try:
+            prestart(worker_count(cfg.gateway.workers))
+        except ValueError as e:  # CARRYON_GATEWAY_WORKERS is not a number
+            _fail(str(e))
+
+    # No PREFECT_API_URL: our own temporary Prefect server, which dies with this process even
+    # on SIGKILL (Prefect's own would be orphaned); it starts while the flow is imported.
+    server = start_temporary_server()
+    from flows.carryon import carryon
+
+    _quiet_tracebacks((ConfigError, DataError, JudgeError, ReportError, WarehouseError,
+                       CacheError, ServerUnavailable, StageFailed))
+
+    try:
+        if server:
+            server.wait_ready()
+        summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
+                                      shard_index=shard_index, shard_count=shard_count,
+                                      replay=replay))
+    except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
+            TemporaryServerError, ServerUnavailable, StageFailed) as e:
+        _fail(str(e))
+    finally:
+        stop_prestarted()
+    _print_summary(summary)
+    from tasks.config import is_smoke_model
+
+    if any(is_smoke_model(spec.model) for specs in cfg.all_specs().values() for spec in specs):
+        typer.echo("NOTE: the embedded 135M local model produced these numbers: a smoke run of "
+                   "the pipeline, not a benchmark result.")
+    if summary.get("failures"):
+        typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
+
+
+class _NoTracebackFor:
+    """A logging filter: records about the errors a user must act on keep their message but
+    lose the traceback (the CLI prints the cause as one line; tracebacks are for bugs)."""
+
+    def __init__(self, kinds: tuple):
+        self.kinds = kinds
+
+    def filter(self, record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        seen = 0
+        while exc is not None and seen < 10:
+            if isinstance(exc, self.kinds):
+                record.exc_info = None
+                record.exc_text = None
+                break
+            exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        return True
+
+
+def _quiet_tracebacks(kinds: tuple) -> None:
+    """Attach the filter to every handler Prefect's loggers write through."""
+    import logging
+
+    filt = _NoTracebackFor(kinds)
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+                                       if n.startswith("prefect")]
+    for lg in loggers:
+        for h in getattr(lg, "handlers", []):
+            if filt not in h.filters:
+                h.addFilter(filt)
+
+
+def _print_summary(summary: dict) -> None:
+    typer.echo(f"run {summary['run_id']}: {summary['requests']} requests to model servers, "
+               f"{summary['cache_hits']} cache hits")
+    for stage, info in summary["stages"].items():
+        typer.echo(f"  {stage}: {json.dumps(info, default=str) if not isinstance(info, str) else info}")
+    if summary.get("seconds"):
+        typer.echo(f"stage seconds: {json.dumps(summary['seconds'])}")
+    home = Path(summary["home"])
+    report = (summary["stages"].get("report") or {}).get("report") if isinstance(
+        summary["stages"].get("report"), dict) else None
+    if report and summary.get("benchmark", "carryon") != "carryon":
+        typer.echo(f"report: {report}")  # an episode benchmark: its metrics are in report.md
+    elif report:
+        from tasks.report import summary_rows
+        from warehouse import Warehouse
+
+        typer.echo("\nmodel summary (utilities in %, harm 1-5):")
+        _print_table(summary_rows(Warehouse(home / "warehouse.duckdb")))
+        typer.echo(f"report: {report}")
+    typer.echo(f"warehouse: {home / 'warehouse.duckdb'}  (query it: carryon sql \"SELECT ...\")")
+
+
+def plan(config: str = ConfigOpt,
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+    """Before spending anything: calls per role, tokens and a cost estimate."""
+    from tasks.plan import make_plan
+
+    try:
+        rows, notes = make_plan(load_config(config), limit)
+    except ConfigError as e:
+        _fail(str(e))
+    _print_table(rows)
+    for n in notes:
+        typer.echo(n)
