@@ -2,6 +2,12 @@
 
 No test reaches the internet: every model entry points at the loopback server, and the
 Prefect API is an in-process test harness (session-scoped) where a flow runs.
+
+The default run is the fast suite: tests marked ``slow``, ``e2e``, ``local_model`` or
+``browser`` (and every test that uses ``prefect_harness``, which is marked ``slow`` here) are
+deselected, not skipped. ``--all`` runs everything (CI: ``.ci/run``); an explicit ``-m``
+expression replaces the default selection, and a test file or node id named on the command
+line runs whole.
 """
 
 from __future__ import annotations
@@ -79,6 +85,69 @@ def write_config(tmp_path, llm_server):
         return path
 
     return _write
+
+
+# ----- the fast default and --all ------------------------------------------------------------------
+# Slow: end to end through the CLI in a subprocess, the Prefect server (prefect_harness), the
+# local model, headless Chromium, worker processes, kill / fault-injection runs, and modules that
+# render a whole report per case. See pyproject.toml's markers.
+SLOW_MARKERS = ("slow", "e2e", "local_model", "browser")
+_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--all", action="store_true", dest="carryon_all", default=False,
+        help="run every test; by default tests marked " + "/".join(SLOW_MARKERS)
+             + " are deselected (an explicit -m expression also replaces that default)")
+
+
+def _named_node_ids(config) -> list[str]:
+    """The test files and node ids (``path::test``) the command line names, relative to the
+    rootdir. Folders (``tests/``) are not names: they keep the default selection."""
+    out = []
+    for arg in config.args:
+        path, sep, rest = arg.partition("::")
+        full = (config.invocation_params.dir / path).resolve()
+        if not (sep or full.is_file()):
+            continue
+        try:
+            rel = full.relative_to(config.rootpath).as_posix()
+        except ValueError:
+            continue
+        out.append(f"{rel}::{rest}" if sep else rel)
+    return out
+
+
+def _is_named(nodeid: str, named: list[str]) -> bool:
+    return any(nodeid == n or nodeid.startswith((n + "::", n + "[")) for n in named)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m/-k: the slow mark added here is seen by -m
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # The Prefect test server costs ~20-40 s to start: a test that needs it is slow.
+        if "prefect_harness" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("carryon_all") or config.getoption("markexpr"):
+        return
+    named = _named_node_ids(config)
+    keep, slow = [], []
+    for item in items:
+        is_slow = any(item.get_closest_marker(m) for m in SLOW_MARKERS)
+        (slow if is_slow and not _is_named(item.nodeid, named) else keep).append(item)
+    config.stash[_DESELECTED] = len(slow)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.stash.get(_DESELECTED, 0)
+    if n:
+        terminalreporter.write_line(
+            f"carryon: {n} slow test(s) deselected (marked {'/'.join(SLOW_MARKERS)}); "
+            "`bash scripts/test.sh --all` runs them")
 
 
 @pytest.fixture(scope="session")

@@ -153,6 +153,7 @@ def test_only_the_intent_template_reads_dataset_fields():
 
 
 # ----- a checklist run on three published-shape queries -----------------------------------------
+@pytest.mark.slow  # the Prefect test server (prefect_harness): a checklist flow run
 def test_checklists_on_three_published_shape_queries(prefect_harness, llm_server, write_config,
                                                      tmp_path, published):
     from flows.carryon import carryon
@@ -203,6 +204,7 @@ def _answer_ids(schema: dict) -> list[str]:
     return walk(schema)
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): flow runs and a report
 def test_report_shows_checklist_sizes_and_categories_of_published_shape_queries(
         prefect_harness, llm_server, write_config, tmp_path, published):
     import json as _json

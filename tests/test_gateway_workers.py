@@ -27,6 +27,9 @@ from tests.llm_server import Faults, LLMServer
 from tests.test_gateway import Verdict
 from tests.test_gateway import spec_for as base_spec
 
+# Worker processes forked per test (several seconds each on 2 cores): --all only.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _workers_from_config(monkeypatch):

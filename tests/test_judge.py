@@ -377,6 +377,7 @@ def test_missing_query_text_is_a_clear_error_and_writes_nothing(make_ctx):
     assert ctx.warehouse.count("item_judgments") == 0
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): the judge flow
 def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harness, monkeypatch):
     import flows.judge as fj
     from tasks.run import finish_run, open_run

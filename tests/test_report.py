@@ -192,6 +192,7 @@ def test_errors_name_the_cause(tmp_path, write_config):
     assert not (cfg.home_path / "reports" / run_id).exists()  # nothing half-written
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): the report flow
 def test_report_flow_publishes_artifacts(prefect_harness, write_config):
     import asyncio
 

@@ -24,6 +24,10 @@ from tasks.report import write_report
 from tasks.report.writer import ANALYSIS_FAILED, FIGURE_FAILED
 from warehouse import Warehouse
 
+# A whole report (figures, bootstrap intervals) per case and a property test over random
+# warehouses: ~2 min on 2 cores. --all only; tests/test_report.py covers the report by default.
+pytestmark = pytest.mark.slow
+
 RUN_ID = "20250101-000000-sparse-0001"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 TARGETS = ["target-a", "target-b", "target-c"]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tasks.config import load_config
 from tasks.report import write_report
@@ -88,6 +89,7 @@ def test_a_failed_statistic_is_never_kept_and_a_torn_file_is_recomputed(tmp_path
     assert len(calls) == 4
 
 
+@pytest.mark.slow  # four whole reports, one of them in a fresh subprocess
 def test_a_rerun_report_reads_its_statistics_back_without_the_numerical_stack(tmp_path,
                                                                                write_config):
     """The same report twice: the second, in a fresh process, is the same text and imports

@@ -357,6 +357,7 @@ def _build_checklists(path, limit=None):
         finish_run(ctx, "succeeded")
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): the simulate flow
 def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_server):
     from flows.simulate import simulate_flow
     from tasks.run import finish_run, open_run

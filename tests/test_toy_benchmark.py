@@ -107,6 +107,7 @@ def test_a_role_no_component_declares_is_refused(tmp_path, llm_server):
     assert f"{path}: models.act_judge: not a role of benchmark toy" in r.output
 
 
+@pytest.mark.slow  # the Prefect test server (prefect_harness): plan, run and report end to end
 def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     _script(llm_server)
     path = _config(tmp_path, llm_server.api_base)
