@@ -100,3 +100,22 @@ def test_a_command_starts_without_sqlalchemy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_merge_keeps_the_benchmarks_views_of_its_sources(tmp_path):
+    # A benchmark's own views reach a warehouse through the process that loaded its spec;
+    # a merge made by a process that never did still has them, copied from the sources.
+    import subprocess
+    import sys
+
+    from warehouse.merge import merge_warehouses
+
+    shard = tmp_path / "a.duckdb"
+    subprocess.run([sys.executable, "-c", "import sys, tasks.bench; from warehouse import "
+                    f"Warehouse; Warehouse(sys.argv[1]).init()", str(shard)], check=True)
+    merged = tmp_path / "m.duckdb"
+    merge_warehouses(merged, [shard])
+    con = duckdb.connect(str(merged), read_only=True)
+    views = {n for (n,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert {"clarify_summary", "osi_summary", "model_summary", "episode_verdicts"} <= views
+    assert con.execute("SELECT count(*) FROM clarify_summary").fetchone() == (0,)

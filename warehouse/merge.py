@@ -112,12 +112,39 @@ def _merge_into(target: Path, srcs: list[Path]) -> dict:
             except Exception:
                 con.execute("ROLLBACK")
                 raise
+            _copy_views(con, aliases)
             return {t.name: con.execute(f'SELECT count(*) FROM main."{t.name}"').fetchone()[0]
                     for t in tables()}
     except WarehouseError as e:
         raise MergeError(str(e)) from None
     except duckdb.Error as e:
         raise MergeError(f"{target}: merge failed, nothing written: {str(e).splitlines()[0]}") from None
+
+
+def _copy_views(con, aliases: list[tuple[str, Path]]) -> None:
+    """Views a source has and the target lacks (a benchmark's own metric views, which the runs
+    that wrote the sources created) are created in the target too, in an order their
+    dependencies allow: the merged file answers the same queries as its shards."""
+    have = {n for (n,) in con.execute("SELECT view_name FROM duckdb_views() "
+                                      "WHERE database_name = current_database() AND NOT internal").fetchall()}
+    todo: dict[str, str] = {}
+    for alias, _ in aliases:
+        for name, sql in con.execute("SELECT view_name, sql FROM duckdb_views() "
+                                     "WHERE database_name = ? AND NOT internal", [alias]).fetchall():
+            if name not in have:
+                todo.setdefault(name, sql)
+    while todo:
+        done = []
+        for name, sql in todo.items():
+            try:
+                con.execute(sql)
+                done.append(name)
+            except duckdb.Error:
+                pass  # it reads a view not created yet: the next round
+        if not done:
+            return  # the rest read something this schema lacks: left out
+        for name in done:
+            del todo[name]
 
 
 def _plan(con, aliases: list[tuple[str, Path]]) -> list[tuple[str, list[str], str]]:
