@@ -3,6 +3,8 @@ nothing half-written."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import yaml
 from typer.testing import CliRunner
 
@@ -86,3 +88,49 @@ def test_cache_commands(tmp_path, llm_server):
     # No run recorded any call: prune drops what is left.
     assert "pruned 1" in invoke("cache", "prune", "--config", str(path)).output
     assert "total entries: 0" in invoke("cache", "stats", "--config", str(path)).output
+
+
+def test_sql_is_read_only_unless_write(tmp_path):
+    from warehouse import Warehouse
+
+    home = tmp_path / "home"
+    wh = Warehouse(home / "warehouse.duckdb").init()
+    wh.write("runs", [{"run_id": "r1", "config_hash": "c", "config_json": "{}", "seed": 0,
+                       "stages": "all", "status": "succeeded",
+                       "started": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)}])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"home": str(home)}))
+    for bad in ("DELETE FROM runs", "DROP VIEW model_summary", "SELECT 1; DELETE FROM runs",
+                f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'", f"ATTACH '{tmp_path / 'x.duckdb'}' AS x",
+                "SELECT * FROM read_csv('/etc/hostname')"):
+        r = invoke("sql", "--config", str(cfg), bad)
+        assert r.exit_code == 2 and r.output.startswith("error: SQL error: "), (bad, r.output)
+        assert "--write allows changes" in r.output and "\n" not in r.output.strip()
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "x.duckdb").exists()
+    assert wh.count("runs") == 1 and wh.query("SELECT count(*) AS n FROM model_summary")
+    r = invoke("sql", "--config", str(cfg), "--write", "DELETE FROM runs")
+    assert r.exit_code == 0 and wh.count("runs") == 0
+
+
+def test_sql_on_a_warehouse_another_process_holds_names_it(tmp_path):
+    import subprocess
+    import sys
+
+    from warehouse import Warehouse
+
+    home = tmp_path / "home"
+    Warehouse(home / "warehouse.duckdb").init()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"home": str(home)}))
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; "
+                               "c = duckdb.connect(sys.argv[1]); print('held', flush=True); "
+                               "time.sleep(30)", str(home / "warehouse.duckdb")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = invoke("sql", "--config", str(cfg), "SELECT 1 AS x")
+        assert r.exit_code == 2 and f"(PID {holder.pid})" in r.output
+        assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()

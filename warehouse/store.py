@@ -62,7 +62,7 @@ class Warehouse:
 
     # ----- connections -------------------------------------------------------------------------
     @contextlib.contextmanager
-    def connect(self, read_only: bool = False):
+    def connect(self, read_only: bool = False, lock_wait_s: float = _LOCK_WAIT_S):
         with self._lock:
             if self._depth:  # nested use inside an open operation: same attachment
                 self._depth += 1
@@ -75,7 +75,7 @@ class Warehouse:
                 self._base = duckdb.connect(":memory:")
             base = self._base
             mode = " (READ_ONLY)" if read_only else ""
-            deadline = time.monotonic() + _LOCK_WAIT_S
+            deadline = time.monotonic() + lock_wait_s
             while True:
                 try:
                     base.execute(f"ATTACH '{_sql_str(self.path)}' AS {_ALIAS}{mode}")
@@ -165,6 +165,19 @@ class Warehouse:
     def query(self, sql: str, params: list | None = None) -> list[dict]:
         with self.connect() as con:
             cur = con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description] if cur.description else []
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def user_query(self, sql: str, write: bool = False, lock_wait_s: float = 5.0) -> list[dict]:
+        """A user's ad-hoc SQL (``carryon sql``): on a read-only attachment with no file or
+        network access (no DELETE, DROP, COPY ... TO, ATTACH or reading other files) unless
+        ``write``. A warehouse another process holds is one WarehouseError line naming it."""
+        with self.connect(read_only=not write, lock_wait_s=lock_wait_s) as con:
+            if not write:
+                # One-way for this in-memory instance: it can no longer reach any file but
+                # the warehouse already attached.
+                con.execute("SET enable_external_access = false")
+            cur = con.execute(sql)
             cols = [d[0] for d in cur.description] if cur.description else []
             return [dict(zip(cols, row)) for row in cur.fetchall()]
 

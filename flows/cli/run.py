@@ -21,7 +21,11 @@ def run(config: str = ConfigOpt,
         shard_count: int = typer.Option(1, help="How many shards split the queries."),
         replay: bool = typer.Option(False, "--replay", help=(
             "Run every stage, also a model stage whose inputs are unchanged since it last ran "
-            "whole (skipped by default: its rows are already stored)."))):
+            "whole (skipped by default: its rows are already stored).")),
+        retry_failed: bool = typer.Option(False, "--retry-failed", help=(
+            "Send again the deterministic calls whose invalid or empty answer an earlier run "
+            "remembered (not re-sent by default: the same request gives the same junk); "
+            "implies --replay."))):
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     import asyncio
 
@@ -65,7 +69,7 @@ def run(config: str = ConfigOpt,
             server.wait_ready()
         summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
                                       shard_index=shard_index, shard_count=shard_count,
-                                      replay=replay))
+                                      replay=replay, retry_failed=retry_failed))
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))
@@ -79,6 +83,9 @@ def run(config: str = ConfigOpt,
                    "the pipeline, not a benchmark result.")
     if summary.get("failures"):
         typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
+    if summary.get("remembered_failures"):
+        typer.echo("calls whose earlier deterministic failure was remembered, not sent again "
+                   f"(--retry-failed sends them): {summary['remembered_failures']}", err=True)
 
 
 class _NoTracebackFor:
