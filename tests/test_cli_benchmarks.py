@@ -68,3 +68,41 @@ def test_an_unknown_benchmark_names_the_built_in_ones(tmp_path):
     r = invoke("plan", "--config", str(path))
     assert r.exit_code == 2
     assert f"{path}: benchmark 'nosuch': no spec at" in r.output and "carryon" in r.output
+
+
+def test_report_finds_its_own_benchmarks_run_never_anothers(tmp_path):
+    # Configs of two benchmarks share a home; "the latest run" is the other benchmark's.
+    import datetime as dt
+    import json
+
+    from tasks.config import load_config
+    from tasks.report.data import find_run
+    from warehouse import Warehouse
+
+    clarify = _config(tmp_path, "clarify")
+    osi = _config(tmp_path, "opensafeintent")
+    wh = Warehouse(tmp_path / "home" / "warehouse.duckdb").init()
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def run(run_id, path, minutes):
+        cfg = load_config(path)
+        return {"run_id": run_id, "config_hash": cfg.config_hash(), "seed": 0, "stages": "all",
+                "config_json": json.dumps(cfg.model_dump(mode="json")), "status": "succeeded",
+                "started": t0 + dt.timedelta(minutes=minutes)}
+
+    wh.write("runs", [run("clarify-1", clarify, 1), run("osi-1", osi, 2)])
+    assert find_run(wh, load_config(clarify)) == "clarify-1"
+    assert find_run(wh, load_config(osi)) == "osi-1"
+    # Another config of the same benchmark (a changed limit): its benchmark's latest run.
+    cfg = yaml.safe_load(clarify.read_text())
+    cfg["dataset"]["limit"] = 2
+    other = tmp_path / "clarify2.yaml"
+    other.write_text(yaml.safe_dump(cfg))
+    assert find_run(wh, load_config(other)) == "clarify-1"
+    r = invoke("report", "--config", str(clarify))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "home" / "reports" / "clarify-1" / "report.md").exists()
+    assert not (tmp_path / "home" / "reports" / "osi-1").exists()
+    demo = _config(tmp_path, "demo")
+    r = invoke("report", "--config", str(demo))
+    assert r.exit_code == 2 and "no run of benchmark carryon yet" in r.output

@@ -33,8 +33,10 @@ def print_items(cfg, json_out: bool, limit: Optional[int]) -> None:
 
 
 def episode_report(cfg, run_id: Optional[str]):
-    """Write the latest (or the given) run's report.md; ReportError when there is none."""
+    """Write the report.md of the given run, or of this config's latest (tasks/report/data.py
+    find_run); ReportError when there is none."""
     from tasks.report import ReportError
+    from tasks.report.data import find_run
     from tasks.report.episodes import write
     from warehouse import Warehouse
 
@@ -43,9 +45,6 @@ def episode_report(cfg, run_id: Optional[str]):
         raise ReportError(f"{path}: no warehouse yet (run `carryon run` first)")
     wh = Warehouse(path).init()
     if run_id is None:
-        rows = wh.query("SELECT run_id FROM runs ORDER BY started DESC LIMIT 1")
-        if not rows:
-            raise ReportError(f"{path}: no run recorded yet (run `carryon run` first)")
-        run_id = rows[0]["run_id"]
+        run_id = find_run(wh, cfg)  # this config's, never another benchmark's latest
     folder, _ = write(cfg, wh, run_id)
     return folder

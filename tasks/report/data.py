@@ -71,6 +71,36 @@ def _model_strings(models: dict):
                 yield entry["model"]
 
 
+def find_run(wh: Warehouse, cfg) -> str:
+    """The run a report of ``cfg`` is about when none is named: the latest run of this very
+    config (its hash), else the latest of the same benchmark; never another benchmark's
+    (configs of several benchmarks may share a home)."""
+    rows = wh.query("SELECT run_id, config_hash, config_json FROM runs ORDER BY started DESC")
+    if not rows:
+        raise ReportError(f"{wh.path}: runs: the warehouse has no run yet (run `carryon run` first)")
+    mine = cfg.config_hash()
+    for r in rows:
+        if r["config_hash"] == mine:
+            return r["run_id"]
+    for r in rows:
+        if _benchmark_of(r) == cfg.benchmark:
+            return r["run_id"]
+    others = sorted({b for r in rows if (b := _benchmark_of(r))})
+    raise ReportError(f"{wh.path}: runs: no run of benchmark {cfg.benchmark} yet (this home "
+                      f"holds runs of {', '.join(others) or 'unknown benchmarks'}); run "
+                      f"`carryon run --config {cfg.source_path or '...'}` first")
+
+
+def _benchmark_of(run: dict) -> str | None:
+    try:
+        doc = json.loads(run["config_json"] or "{}")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return doc.get("benchmark") or DEFAULT_BENCHMARK
+
+
 def _run_row(wh: Warehouse, run_id: str | None) -> dict:
     if run_id:
         rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])

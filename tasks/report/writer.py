@@ -15,10 +15,11 @@ from tasks.report import analyses as an
 from tasks.report import construction, cost, fidelity, judging
 from tasks.report import failure_modes as fm
 from tasks.report import paper_analyses as pa
+from tasks.report import paper_compare as pc
 from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
-from tasks.report.data import ReportData, ReportError, browser_data, load
+from tasks.report.data import ReportData, ReportError, browser_data, find_run, load
 from tasks.report.figure_cache import draw_once
 from tasks.report.stats_cache import stats_once
 from tasks.report.folder import atomic_folder
@@ -79,16 +80,18 @@ def per_run_stats(data: ReportData) -> list[an.Stat]:
 
 def analysis_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
     """Every statistic but those of PER_RUN_SECTIONS: the set stats_cache.py keeps."""
+    mixed = _guarded(lambda: an.mixed_models(data.conv),
+                     ("mixed_model_utility", "Mixed linear model: Conversation utility"),
+                     ("mixed_model_harm_max", "Mixed linear model: Conversation harm (max)"))
     return [
+        *paper_stats(data, mixed),
         *_guarded(lambda: an.move_effects(data.turns),
                   ("move_effects", "Move effects (deviation from each target's mean follow-up turn)")),
         *_guarded(lambda: an.turn1_bins(data.conv), ("turn1_bins", "Turn-1 bins and where they end")),
         *_guarded(lambda: an.redundancy(data.turns),
                   ("redundancy_per_turn", "Redundancy per turn (%)"),
                   ("redundancy_per_target", "Redundancy per target (%)")),
-        *_guarded(lambda: an.mixed_models(data.conv),
-                  ("mixed_model_utility", "Mixed linear model: Conversation utility"),
-                  ("mixed_model_harm_max", "Mixed linear model: Conversation harm (max)")),
+        *mixed,
         *_guarded(lambda: an.spearman(data.summary),
                   ("spearman", "Spearman correlation of utility and harm rankings of targets")),
         *_guarded(lambda: an.per_category(data.conv),
@@ -115,6 +118,21 @@ def analysis_stats(data: ReportData, rules: fm.FailureRules) -> list[an.Stat]:
         *_guarded(lambda: fidelity.stats(_section(data, "fidelity")),
                   ("move_fidelity", "Move fidelity (move checker)"),
                   ("move_check_flagged", "Conversations flagged by the move checker")),
+    ]
+
+
+def paper_stats(data: ReportData, mixed: list[an.Stat] | None = None) -> list[an.Stat]:
+    """The "Beside the paper" section's statistics (paper_compare.py), each guarded alone;
+    ``mixed``: the report's own mixed-model fits, reused when every target has a paper row."""
+    def t(key):
+        return (key, pc.TITLES[key])
+
+    return [
+        *_guarded(lambda: pc.scale(data.conv, data.config), t("paper_scale")),
+        *_guarded(lambda: pc.table2(data.conv, data.config), t("paper_table2")),
+        *_guarded(lambda: pc.rankings(data.summary, data.config), t("paper_rankings")),
+        *_guarded(lambda: pc.domains(data.conv, data.queries, data.config), t("paper_domains")),
+        *_guarded(lambda: pc.mixed_models(data.conv, data.config, mixed), t("paper_mixed_models")),
     ]
 
 
@@ -242,7 +260,7 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     """write_report's work; also returns the Report (stats, markdown) and the browser data."""
     wh = warehouse or _open(cfg)
     with wh.connect(read_only=True):  # one attachment for the ~90 reads (each alone ~8 ms)
-        data = load(wh, run_id)
+        data = load(wh, run_id or find_run(wh, cfg))
     rules = rules or fm.FailureRules()
     final = cfg.home_path / "reports" / str(data.run["run_id"])
     stats = stats_once(final.parent / ".stats", data, rules, lambda: analysis_stats(data, rules),
