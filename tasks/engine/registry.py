@@ -32,6 +32,7 @@ import importlib.util
 import inspect
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -124,28 +125,13 @@ def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
     return deco
 
 
-def user_policy(name: str, **kw) -> Callable:
-    return register("user", name, **kw)
-
-
-def target_policy(name: str, **kw) -> Callable:
-    return register("target", name, **kw)
-
-
-def judge(name: str, **kw) -> Callable:
-    return register("judge", name, **kw)
-
-
-def loader(name: str, **kw) -> Callable:
-    return register("loader", name, **kw)
-
-
-def stop_rule(name: str, **kw) -> Callable:
-    return register("stop", name, **kw)
-
-
-def section(name: str, **kw) -> Callable:
-    return register("section", name, **kw)
+# One decorator per kind: ``@user_policy("name", args=..., roles=...)`` and so on.
+user_policy = partial(register, "user")
+target_policy = partial(register, "target")
+judge = partial(register, "judge")
+loader = partial(register, "loader")
+stop_rule = partial(register, "stop")
+section = partial(register, "section")
 
 
 def lookup(kind: str, name: str) -> Component:
