@@ -311,12 +311,13 @@ class BenchmarkSpec(_Strict):
 
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
         """(roles, optional roles) an episode-engine stage of this spec calls: the targets
-        (when a target policy takes a model) and its user and target policies' roles for
-        ``episodes``, its judges' roles for ``verdicts``."""
+        (when a target policy takes a model) and its target policies', stop rules' and user
+        policies' roles for ``episodes``, its judges' roles for ``verdicts``."""
         roles, optional = [], set()
         if stage == "episodes":
             roles = ["targets"] if self.needs_target_models() else []
-            for kind, names in (("target", self.targets), ("user", [c.user for c in self.conditions])):
+            for kind, names in (("target", self.targets), ("stop", self.stops),
+                                ("user", [c.user for c in self.conditions])):
                 for n in names:
                     roles += [r for r in registry.lookup(kind, n).roles if r not in roles]
         elif stage == "verdicts":
