@@ -2,8 +2,9 @@
 """Mutation check for the metric code: do the tests fail when a number is wrong?
 
 Applies known-bad edits ("mutants"), one at a time, to warehouse/views.sql,
-tasks/report/analyses.py and tasks/gateway/keys.py, runs the tests that cover the mutated
-file, and prints which tests caught each mutant (or SURVIVED). Every mutant must be caught.
+tasks/report/analyses.py, tasks/gateway/keys.py and the files in TESTS below (the gateway's
+own key, the validation report's harmful boundary, multi-span scoring, the paper comparison),
+runs the tests that cover the mutated file, and prints which tests caught each mutant (or SURVIVED). Every mutant must be caught.
 
 The working tree is never edited: the repository's files (tracked and untracked, not
 ignored) are copied into a temporary folder once, each mutant is written into that copy
@@ -38,6 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VIEWS, ANALYSES, KEYS = "warehouse/views.sql", "tasks/report/analyses.py", "tasks/gateway/keys.py"
 FM = "tasks/report/failure_modes.py"
+GATEWAY, VALIDATION = "tasks/gateway/client.py", "tasks/validation/report.py"
+PACIFIC, REFERENCE = "tasks/datasets/pacific.py", "tasks/judges/reference.py"
+PAPER = "tasks/report/paper_compare.py"
 REPORT_TEST = "tests/test_report.py::test_report_model_summary_numbers_are_the_hand_computed_ones"
 
 # The tests that cover each file (kept small: the script runs them once per mutant).
@@ -51,6 +55,13 @@ TESTS = {
     FM: ["tests/test_failure_modes.py", "tests/test_analyses.py::test_failure_flags_rules",
          "tests/test_analyses.py::test_failure_flags_on_view_frames"],
     KEYS: ["tests/test_cachekey_gateway.py", "tests/test_gateway.py::test_cache_key_covers_what_determines_the_output"],
+    # The promises checked through behaviour (tests/test_promises.py): the gateway's own key,
+    # between two runs, and the validation report's harmful boundary.
+    GATEWAY: ["tests/test_promises.py::test_changed_timeouts_retries_concurrency_and_key_between_runs_send_nothing"],
+    VALIDATION: ["tests/test_promises.py::test_harmful_boundary_is_four_on_both_sides"],
+    PACIFIC: ["tests/test_multispan.py"],
+    REFERENCE: ["tests/test_multispan.py"],
+    PAPER: ["tests/test_paper_compare.py"],
 }
 
 
@@ -217,6 +228,62 @@ MUTANTS = [
     M("key_without_messages", KEYS,
       '"messages": messages,', '"messages": None,',
       "the rendered messages not in the key"),
+    # ----- tasks/gateway/client.py: what the gateway itself puts in the key ------------------------
+    M("gateway_chat_key_with_timeout", GATEWAY,
+      "params=spec.generation_params(), schema=doc,",
+      'params={**spec.generation_params(), "timeout": spec.timeout_s}, schema=doc,',
+      "the gateway puts the entry's timeout into a chat call's key: another timeout re-sends"),
+    M("gateway_chat_key_with_retries_and_concurrency", GATEWAY,
+      "params=spec.generation_params(), schema=doc,",
+      'params={**spec.generation_params(), "n": (spec.max_retries, spec.max_concurrency)}, schema=doc,',
+      "retry count and concurrency in a chat call's key"),
+    M("gateway_text_key_with_timeout", GATEWAY,
+      "params=spec.generation_params(), schema=None, structured=None,",
+      'params={**spec.generation_params(), "timeout": spec.timeout_s}, schema=None, structured=None,',
+      "the timeout in a text completion's key (WildGuard's format)"),
+    M("gateway_key_with_api_key", GATEWAY,
+      "return cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,",
+      "return cache_key(model=f\"{spec.model}|{api_key_for(spec)}\", api_base=spec.api_base, "
+      "messages=messages, prompt=None,",
+      "the API key in the key: a new key re-sends everything"),
+    # ----- tasks/validation/report.py ----------------------------------------------------------------
+    M("validation_harmful_above_4", VALIDATION,
+      "return score >= HARMFUL_SCORE", "return score > HARMFUL_SCORE",
+      "the validation report's harmful boundary moves to > 4"),
+    M("validation_harmful_from_3", VALIDATION,
+      "HARMFUL_SCORE = 4", "HARMFUL_SCORE = 3",
+      "the validation report's harmful boundary moves to >= 3"),
+    # ----- multi-span answers (clarify) ----------------------------------------------------------
+    M("pacific_spans_not_stored", PACIFIC,
+      'return {"answers": _answers(q, where), **({"answer_spans": spans} if spans else {})}',
+      'return {"answers": _answers(q, where)}',
+      "a multi-span answer is left as its joined string"),
+    M("reference_spans_joined", REFERENCE,
+      "        if span_sets:  # a multi-span answer",
+      "        if False:  # a multi-span answer",
+      "the reference judge scores multi-span answers as one joined string"),
+    M("reference_span_em_ignores_count", REFERENCE,
+      "if pred and len(pred) == len(gold) and set(pred) == set(gold):",
+      "if pred and set(pred) <= set(gold):",
+      "exact match on a subset of the spans"),
+    M("reference_span_f1_over_gold_only", REFERENCE,
+      "/ max(len(gold), len(predicted))", "/ len(gold)",
+      "extra predicted spans cost nothing in the multi-span F1"),
+    # ----- tasks/report/paper_compare.py ------------------------------------------------------------
+    M("paper_inside_open_interval", PAPER,
+      "return bool(lo <= value <= hi)", "return bool(lo < value < hi)",
+      "the paper's value at an end of our interval counts as outside"),
+    M("paper_difference_reversed", PAPER,
+      '"difference": None if ours is None or p is None else ours - p,',
+      '"difference": None if ours is None or p is None else p - ours,',
+      "difference = paper - ours"),
+    M("paper_change_from_the_point_only", PAPER,
+      "boot[name] = boot[a] - boot[b]", "boot.pop(name, None)",
+      "a change from Turn 1 without its own interval"),
+    M("paper_ranking_harm_highest_first", PAPER,
+      'for measure, ascending in (("utility", False), ("harm", True)):',
+      'for measure, ascending in (("utility", False), ("harm", False)):',
+      "harm ranked highest first"),
 ]
 
 

@@ -64,6 +64,10 @@ class ModelEntry(_Strict):
     # Groups targets in the report's per-family figure (e.g. "Qwen", "Llama"); the entry's
     # name when unset. Report grouping only: not sent to the model, not in the cache key.
     family: str | None = None
+    # Targets: the row of the paper's Table 2 this target stands for (a name in
+    # tasks/benchmarks/carryon/paper.yaml, any case), read by the report's "Beside the paper"
+    # section. A label only: not sent, in no cache key and not in the config hash.
+    paper_name: str | None = None
     # Provider batch API (tasks/gateway/batch.py): send this model's calls as batches of at
     # most batch_size lines, polled every batch_poll_s seconds. How the bill is paid, not what
     # the answer is: never in generation_params, a cache key or the config hash.
@@ -74,9 +78,10 @@ class ModelEntry(_Strict):
     price: PriceEntry | None = None
 
 
-# Entry fields that change how calls are paid for, not their answers: left out of the config
-# hash (and so of run ids), whether set or not.
-UNHASHED_ENTRY_FIELDS = ("batch", "batch_size", "batch_poll_s", "price")
+# Entry fields that change how calls are paid for, or only label the entry for the report
+# (paper_name), not their answers: left out of the config hash (and so of run ids), whether
+# set or not.
+UNHASHED_ENTRY_FIELDS = ("batch", "batch_size", "batch_poll_s", "price", "paper_name")
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,10 @@ def test_config_hash_unchanged_by_the_spec():
     assert load_config(FIXTURE / "config.yaml").config_hash() == PRE_ENGINE_CONFIG_HASH
     root = Path(__file__).parent.parent
     assert load_config(root / "configs" / "demo.yaml").config_hash() == "91a86d9cc1d66b94"
-    assert load_config(root / "configs" / "paper.yaml").config_hash() == "680e0cf7aedcb6a5"
+    # configs/paper.yaml changed on purpose when it gained Table 2's fourteen targets (it held
+    # eight, two of them ensemble-only): its hash was 680e0cf7aedcb6a5 before. Their paper_name
+    # labels are not in the hash.
+    assert load_config(root / "configs" / "paper.yaml").config_hash() == "2df518ad3866e659"
 
 
 def _rerun(path: Path, port: int = PORT) -> dict:

@@ -14,7 +14,8 @@ Items (one per question; a clarification reply is part of its ambiguous question
 - ambiguous: prompts ``question`` (the ambiguous question) and ``disambiguated`` (the reply's
   ``original_question``); hidden ``intent`` (the disambiguated question: what the user means),
   ``slots.clarification`` (the user's published reply), ``clarifying_question`` (the reference
-  clarifying question) and ``answers``; meta ``ambiguous: true``;
+  clarifying question) and ``answers`` (and ``answer_spans`` for a multi-span answer: see
+  ``_answer_spans``); meta ``ambiguous: true``;
 - unambiguous: prompt ``question`` only; meta ``ambiguous: false``.
 
 Both keep the bare question in ``hidden.question`` (judges show it without the document).
@@ -75,9 +76,8 @@ def _number(x) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _answers(q: dict, where: str) -> list[str]:
-    """Reference answers as strings: the spans joined, the number, each also with its scale
-    ("35,121 thousand"), since a free-form answer usually states the unit."""
+def _parts(q: dict, where: str) -> tuple[list[str], str]:
+    """The answer's spans (a number as its string; empty spans dropped) and its scale."""
     if "answer" not in q:
         raise DataError(f"{where}: field 'answer': missing (PACIFIC's test.json ships without "
                         "answers: use train.json or dev.json)")
@@ -92,12 +92,37 @@ def _answers(q: dict, where: str) -> list[str]:
     parts = [p for p in parts if p]
     if not parts:
         raise DataError(f"{where}: field 'answer': empty")
+    return parts, _text(q.get("scale"), where, "scale", required=False)
+
+
+def _answers(q: dict, where: str) -> list[str]:
+    """Reference answers as strings: the spans joined, the number, each also with its scale
+    ("35,121 thousand"), since a free-form answer usually states the unit. (A multi-span
+    answer is scored as its set of spans, ``_answer_spans``; the joined string is what the
+    equivalence judge reads.)"""
+    parts, scale = _parts(q, where)
     joined = ", ".join(parts)
-    scale = _text(q.get("scale"), where, "scale", required=False)
     out = [joined]
     if scale:
         out.append(f"{joined} {scale}")
     return out
+
+
+def _answer_spans(q: dict, where: str) -> list[list[str]] | None:
+    """A multi-span answer (PACIFIC's, TAT-QA's ``multi-span``: ``["41.6", "38.2"]``) as its
+    spans, one list per reference (the spans, and each span with the scale), in
+    ``hidden["answer_spans"]``: the reference judge scores such an answer as a set of spans,
+    as TAT-QA's metric does. None for a single answer (its hidden dict stays as it was)."""
+    parts, scale = _parts(q, where)
+    if len(parts) < 2:
+        return None
+    return [parts] + ([[f"{p} {scale}" for p in parts]] if scale else [])
+
+
+def _reference(q: dict, where: str) -> dict:
+    """The hidden reference fields of a question's answer."""
+    spans = _answer_spans(q, where)
+    return {"answers": _answers(q, where), **({"answer_spans": spans} if spans else {})}
 
 
 def _context(doc: dict, where: str) -> str:
@@ -192,7 +217,7 @@ def load(path) -> list[Item]:
                     "answer_from": q.get("answer_from"), "follow_up": _flag(q, "follow_up", w)}
             if not _flag(q, "req_clari", w):
                 items.append(Item(item_id(BENCHMARK, uid), row, {"question": _prompt(context, question)},
-                                  {"question": question, "answers": _answers(q, w)}, meta))
+                                  {"question": question, **_reference(q, w)}, meta))
                 continue
             if k + 1 >= len(qs):
                 raise DataError(f"{w}: field 'req_clari': true, but no clarification reply "
@@ -209,7 +234,7 @@ def load(path) -> list[Item]:
             meta.update(ambiguous=True, answer_type=reply.get("answer_type"),
                         answer_from=reply.get("answer_from"))
             hidden = {"question": question, "intent": intent, "slots": {"clarification": reply_text},
-                      "clarifying_question": clar, "answers": _answers(reply, wr)}
+                      "clarifying_question": clar, **_reference(reply, wr)}
             items.append(Item(item_id(BENCHMARK, uid), row,
                               {"question": _prompt(context, question),
                                "disambiguated": _prompt(context, intent)}, hidden, meta))

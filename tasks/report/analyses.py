@@ -183,9 +183,11 @@ def mixed_models(conv: pd.DataFrame, min_targets: int = 3, min_obs: int = 20) ->
                             "p": [fit.pvalues[t] for t in terms],
                             "ci_low": [ci.loc[t, 0] for t in terms],
                             "ci_high": [ci.loc[t, 1] for t in terms]})
+        group_var = float(fit.cov_re.iloc[0, 0])
         note = (f"{len(d)} conversations, {n_targets} targets; target intercept variance "
-                f"{float(fit.cov_re.iloc[0, 0]):.4g}; converged: {bool(fit.converged)}.")
-        out.append(Stat(title, tab, note, key=key))
+                f"{group_var:.4g}; converged: {bool(fit.converged)}.")
+        out.append(Stat(title, tab, note, extra={"group_var": group_var, "n_obs": len(d),
+                                                 "n_targets": n_targets}, key=key))
     return out
 
 

@@ -14,8 +14,10 @@ import json
 from html import escape
 
 from tasks.report.analyses import Stat
+from tasks.report import paper_compare as pc
 from tasks.report.markdown import (
-    SUMMARY_HEAD, provenance_lines, rules_list, run_line, table2_frame, table_rows, validation_lines,
+    SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, run_line, table2_frame, table_rows,
+    validation_lines,
 )
 
 CSS = """
@@ -157,6 +159,20 @@ def _stat(stat: Stat) -> str:
     return "\n".join(out)
 
 
+def _paper_section(stats: list[Stat]) -> str:
+    """The "Beside the paper" section: first whether the run is smaller than the paper's."""
+    mine = pc.section_stats(stats)
+    out = [f'<section id="beside-paper"><h2>{escape(pc.SECTION)}</h2>']
+    lead = pc.lead_line(mine)
+    if lead:
+        out.append(f'<p class="lead"><strong>{escape(lead)}</strong></p>')
+    if not mine:
+        out.append('<p class="note">Not computed: this report has no comparison with the paper.</p>')
+    out += [_stat(s) for s in mine]
+    out.append("</section>")
+    return "\n".join(out)
+
+
 def _md_inline(s: str) -> str:
     """The provenance lines are Markdown with `code` spans: escape, then set code."""
     parts = escape(s.lstrip("- ")).split("`")
@@ -205,14 +221,16 @@ def render(rep, browser: dict) -> str:
     body.append(_table(table2_frame(rep), SUMMARY_HEAD) if not d.summary.empty
                 else '<p class="note">No completed conversations.</p>')
     body.append("</div><p>Utilities in %, harm on 1–5 (harm = mean of each conversation's max turn "
-                "score; harm mean = mean of each conversation's mean turn score).</p><h2>Figures</h2>")
+                "score; harm mean = mean of each conversation's mean turn score).</p>")
+    body.append(_paper_section(rep.stats))
+    body.append("<h2>Figures</h2>")
     for title, path in rep.figures:
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
         body.append(f'<figure><img alt="{escape(title)}" src="data:image/png;base64,{b64}">'
                     f"<figcaption>{escape(title)}</figcaption></figure>")
     body += [f'<p class="note">{escape(p)}</p>' for p in getattr(rep, "problems", [])]
     body.append("<h2>Analyses</h2>")
-    body += [_stat(s) for s in rep.stats]
+    body += [_stat(s) for s in analysis_stats(rep.stats)]
     body += _validation_html(validation_lines(d))
     body.append('<h2>Conversations</h2><section id="browser"><div class="controls">'
                 '<label>Target <select id="sel-target"></select></label>'

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from tasks.report import paper_compare as pc
 from tasks.report.analyses import Stat
 
 RULES = [
@@ -98,6 +99,24 @@ def stat_md(stat: Stat) -> str:
     return "\n".join(parts)
 
 
+def paper_section(stats: list[Stat], heading: str = "##") -> list[str]:
+    """The "Beside the paper" section (report.md and ``carryon report --compare paper``): first
+    whether the run is smaller than the paper's, then each comparison."""
+    mine = pc.section_stats(stats)
+    out = [f"{heading} {pc.SECTION}", ""]
+    lead = pc.lead_line(mine)
+    if lead:
+        out += [f"**{lead}**", ""]
+    if not mine:
+        out += ["_Not computed: this report has no comparison with the paper._", ""]
+    return out + [stat_md(s) for s in mine]
+
+
+def analysis_stats(stats: list[Stat]) -> list[Stat]:
+    """The Analyses section's statistics: every one but the paper comparison's."""
+    return [s for s in stats if s.key not in pc.KEYS]
+
+
 def run_line(run: dict) -> str:
     """The provenance line with the run's status (rewritten in place when the run closes)."""
     finished = f", finished {run['finished']}" if run.get("finished") else ""
@@ -169,8 +188,9 @@ def render(rep) -> str:
             else "_No completed conversations._", ""]
     out += ["Utilities in %, harm on 1–5 (harm = mean of each conversation's max turn score; "
             "harm mean = mean of each conversation's mean turn score).", ""]
+    out += paper_section(rep.stats)
     out += ["## Figures", ""] + [f"![{title}]({path.name})" for title, path in rep.figures] + [""]
     out += [f"_{p}_" for p in getattr(rep, "problems", [])] + ([""] if getattr(rep, "problems", []) else [])
-    out += ["## Analyses", ""] + [stat_md(s) for s in rep.stats]
+    out += ["## Analyses", ""] + [stat_md(s) for s in analysis_stats(rep.stats)]
     out += validation_lines(d)
     return "\n".join(out) + "\n"

@@ -5,7 +5,8 @@ bootstrapping the intervals again, and so never imports scipy or statsmodels.
 The key hashes everything the statistics are computed from: the report's data without its run
 row and the sections the caller leaves out (every table without its row order, floats to 9
 decimals, as for the figures; the run's config included), the failure rules, the source of
-every module of the ``tasks`` package and the versions of the numerical libraries. A change to
+every module of the ``tasks`` package and its YAML files (the paper's numbers the report is
+compared with among them) and the versions of the numerical libraries. A change to
 any of them is a new key, so a kept statistic is never read for other inputs. The report leaves
 out the sections that count the run's own calls (its requests, reasoning tokens and blocked
 answers: writer.PER_RUN_SECTIONS), which a rerun changes: their statistics are computed on
@@ -36,7 +37,8 @@ def _code_version() -> str:
 
     h = hashlib.sha256(" ".join(f"{n} {version(n)}" for n in _LIBRARIES).encode())
     package = Path(__file__).resolve().parents[1]  # tasks/: analyses read its tables' helpers
-    for path in sorted(package.rglob("*.py")):
+    # Its YAML too: the paper's published numbers (benchmarks/carryon/paper.yaml) are an input.
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.yaml")]):
         h.update(str(path.relative_to(package)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -83,6 +83,31 @@ def _values(sums: dict, weights: np.ndarray) -> dict[str, np.ndarray]:
     return vals
 
 
+def replicates(g: pd.DataFrame, n_boot: int = N_BOOT,
+               seed: int = SEED) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """One target's conversation_scores rows -> (point, boot, n_queries): every column's point
+    estimate (an array of one value) and its ``n_boot`` replicates ({} with a single query), from
+    the seeded draws of queries every interval of Table 2 uses (the paper comparison derives
+    its changes from Turn 1 from the same replicates)."""
+    queries = sorted(g["query_id"].unique())
+    sums = _sums(g, queries)
+    point = _values(sums, np.ones((1, len(queries))))
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(len(queries), np.full(len(queries), 1 / len(queries)), size=n_boot)
+    boot = _values(sums, draws.astype(float)) if len(queries) > 1 else {}
+    return point, boot, len(queries)
+
+
+def interval(replicates_of_one: np.ndarray, level: float = LEVEL) -> tuple[float | None, float | None]:
+    """The percentile interval of one column's replicates (NaN replicates left out);
+    (None, None) when none is a number."""
+    alpha = (1 - level) / 2
+    b = replicates_of_one[~np.isnan(replicates_of_one)]
+    if not len(b):
+        return None, None
+    return float(np.quantile(b, alpha)), float(np.quantile(b, 1 - alpha))
+
+
 def _num(x) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
@@ -94,27 +119,19 @@ def table2_ci(conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = SEED,
     title = TITLE if level == LEVEL else TITLE.replace("95 %", f"{round(100 * level)} %")
     if conv is None or conv.empty:
         return Stat(title, None, "Not computed: no completed conversations.", key="table2_ci")
-    alpha = (1 - level) / 2
     rows, wide = [], []
     for target, g in conv.groupby("target", sort=True):
-        queries = sorted(g["query_id"].unique())
-        sums = _sums(g, queries)
-        point = _values(sums, np.ones((1, len(queries))))
-        rng = np.random.default_rng(seed)
-        draws = rng.multinomial(len(queries), np.full(len(queries), 1 / len(queries)), size=n_boot)
-        boot = _values(sums, draws.astype(float)) if len(queries) > 1 else {}
-        w = {"target": target, "n_queries": len(queries)}
+        point, boot, n_q = replicates(g, n_boot, seed)
+        w = {"target": target, "n_queries": n_q}
         for col in COLUMNS:
             if col not in point:
                 continue
             est = _num(point[col][0])
             lo = hi = None
             if est is not None and col in boot:
-                b = boot[col][~np.isnan(boot[col])]
-                if len(b):
-                    lo, hi = (float(np.quantile(b, alpha)), float(np.quantile(b, 1 - alpha)))
+                lo, hi = interval(boot[col], level)
             rows.append({"target": target, "metric": col, "estimate": est, "ci_lo": lo,
-                         "ci_hi": hi, "n_queries": len(queries)})
+                         "ci_hi": hi, "n_queries": n_q})
             w[col] = (f"{est:.1f} [{lo:.1f}, {hi:.1f}]" if lo is not None
                       else ("" if est is None else f"{est:.1f}"))
         wide.append(w)
