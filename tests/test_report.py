@@ -133,6 +133,11 @@ def test_report_files_and_content(synthetic):
     # Table 2 in the report is the view's numbers.
     rows = summary_rows(wh)
     assert len(rows) == 3
+    # The terminal table carries each target's scored share beside its numbers.
+    cov = {r["target"]: r for r in wh.query("SELECT * FROM target_coverage")}
+    for r in rows:
+        assert r["benutil_scored_pct"] == round(cov[r["target"]]["scored_pct"], 1)
+        assert r["safety_scored_pct"] == round(cov[r["target"]]["safety_scored_pct"], 1)
     assert f"{rows[0]['recovery_pct']:.2f}" in md
     # Three targets: the mixed models and Spearman give numbers, not "too few" notes.
     assert "Mixed linear model: Conversation utility" in md

@@ -136,7 +136,8 @@ def _print_summary(summary: dict) -> None:
         from tasks.report import summary_rows
         from warehouse import Warehouse
 
-        typer.echo("\nmodel summary (utilities in %, harm 1-5):")
+        typer.echo("\nmodel summary (utilities in %, harm 1-5; *_scored_pct: the share of judgments "
+                   "scored, the rest unscored and left out):")
         _print_table(summary_rows(Warehouse(home / "warehouse.duckdb")))
         typer.echo(f"report: {report}")
     typer.echo(f"warehouse: {home / 'warehouse.duckdb'}  (query it: carryon sql \"SELECT ...\")")
