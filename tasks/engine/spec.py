@@ -1,0 +1,309 @@
+"""The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``, with
+the scripted user's ``ScriptSpec``), its views (``ViewsSpec``) and the names CarryOnBench's
+own stages give their conditions (``CarryOnConditions``). Validated strictly; a component
+reference is a name or ``{name: ..., args: {...}}``. Reading a spec file, finding its
+components and checking their arguments is tasks/bench.py's ``load_spec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+                      model_validator)
+
+from tasks.engine import registry
+from tasks.roles import ROLE_TABLE, UNIVERSAL_ROLES
+
+# The stages of each engine, in pipeline order.
+CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
+EPISODE_STAGES = ["episodes", "verdicts", "report"]
+
+
+class SpecError(Exception):
+    """A spec that cannot be used (names the file and the field)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ScriptSpec(_Strict):
+    """Scripted flows (CarryOnBench's moves) for the ``scripted`` user: per conversation
+    length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
+
+    group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
+    # In CarryOnBench (engine carryon) the lengths and counts are the config's `flows:`
+    # section, so a carryon spec must leave these two unset.
+    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
+    per_length: int = Field(1, ge=1, le=100)
+    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        bad = [n for n in v if n not in (4, 6, 8, 10, 12)]
+        if bad:
+            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+        return v
+
+
+def _split_ref(value, field: str):
+    """A component reference: ``name`` or ``{name: ..., args: {...}}`` -> (name, args)."""
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"name", "args"})
+        if extra or "name" not in value:
+            raise ValueError(f"{field}: a component is a name or {{name: ..., args: {{...}}}}"
+                             + (f" (unknown key {extra[0]!r})" if extra else " (no name)"))
+        args = value.get("args") or {}
+        if not isinstance(args, dict):
+            raise ValueError(f"{field}.args: a mapping of argument names to values")
+        return value["name"], args
+    return value, {}
+
+
+def _split_refs(values, field: str) -> tuple[list, dict]:
+    names, args = [], {}
+    for i, v in enumerate(values if isinstance(values, list) else [values]):
+        name, a = _split_ref(v, f"{field}[{i}]")
+        names.append(name)
+        if a:
+            args[name] = a
+    return names, args
+
+
+class ConditionSpec(_Strict):
+    """A named way of presenting an item: which of the item's prompts opens the episode,
+    which user policy answers the target, and how many target turns it may take."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    prompt: str | None = None  # the key of item.prompts that opens the episode
+    user: str = "single_turn"  # a registered user policy (tasks/users/<name>.py built in)
+    user_args: dict = Field(default_factory=dict)  # its arguments (`user: {name, args}`)
+    max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
+    script: ScriptSpec | None = None  # the scripted user's flows
+    description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_ref(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("user"), dict):
+            data = dict(data)
+            data["user"], data["user_args"] = _split_ref(data["user"], "user")
+        return data
+
+
+@dataclass(frozen=True)
+class CarryOnConditions:
+    """CarryOnBench's conditions as its spec names them: the scripted flows with benign
+    clarification (group BC), those without (NC), and the oracle (the ``oracle`` prompt, one
+    turn). Flows of both groups share prefixes, so both use the ``scripted`` user with the
+    same intent key; the stored condition of a conversation is the spec's name."""
+
+    bc: str
+    nc: str
+    oracle: str
+    intent: str = "intent"
+
+    def of_group(self, group: str) -> str:
+        return {"BC": self.bc, "NC": self.nc}[group]
+
+    @classmethod
+    def of(cls, conditions: list[ConditionSpec]) -> "CarryOnConditions":
+        by_group, oracle, other = {}, [], []
+        for c in conditions:
+            if c.script is not None and c.user == "scripted" and c.prompt in (None, "query"):
+                set_ = sorted(c.script.model_fields_set & {"lengths", "per_length"})
+                if set_:
+                    raise ValueError(f"conditions[{c.name}].script: {', '.join(set_)} come from "
+                                     "the config's flows section in CarryOnBench; leave unset")
+                by_group.setdefault(c.script.group, []).append(c)
+            elif c.prompt == "oracle" and c.user == "single_turn" and c.max_turns == 1:
+                oracle.append(c)
+            else:
+                other.append(c.name)
+        if other or len(oracle) != 1 or sorted(by_group) != ["BC", "NC"] or any(
+                len(v) != 1 for v in by_group.values()):
+            raise ValueError(
+                "conditions: CarryOnBench's stages run exactly one scripted condition per "
+                "group BC and NC (user: scripted, script: {group: ...}) and one oracle "
+                f"(prompt: oracle, user: single_turn, max_turns: 1); got {[c.name for c in conditions]}")
+        bc, nc = by_group["BC"][0], by_group["NC"][0]
+        if bc.script.intent != nc.script.intent:
+            raise ValueError("conditions: BC and NC flows share prefixes, so their "
+                             "script.intent must be the same")
+        return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
+
+
+class ViewsSpec(_Strict):
+    """A benchmark's own metric views: a SQL file beside the spec whose ``{{benchmark}}`` and
+    ``{{prefix}}`` are the benchmark's name and its views' name prefix."""
+
+    file: str = "views.sql"
+    prefix: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    description: str = ""
+    engine: str = "episodes"  # "carryon" (its own stages) | "episodes"
+    # Modules of the benchmark's own components: .py files beside the spec, or module names.
+    components: list[str] = Field(default_factory=list)
+    loader: str | None = None  # a registered dataset loader (episode engine)
+    sources: list[str] = Field(default_factory=lambda: ["sample"])  # what dataset.source may be
+    conditions: list[ConditionSpec] = Field(min_length=1)
+    # Who sits in the target's seat: "llm" (each configured target model), a wrapper around
+    # each target model, or a deterministic policy (a seat of its own, no model).
+    targets: list[str] = Field(default_factory=lambda: ["llm"], min_length=1)
+    # Stop rules checked after every target turn, in order, before the turn cap and the user
+    # policy: the first that names a reason ends the episode with it.
+    stops: list[str] = Field(default_factory=list)
+    judges: list[str] = Field(default_factory=list)  # registered judges
+    report: list[str] = Field(default_factory=list)  # registered report sections
+    views: ViewsSpec | None = None
+    # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
+    args: dict[str, dict] = Field(default_factory=dict)
+    source_path: str | None = Field(None, exclude=True)
+    _built: dict = PrivateAttr(default_factory=dict)  # components built for this spec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refs(cls, data):
+        # `loader`, `targets`, `judges` and `report` entries may carry arguments; they are kept
+        # by kind and name in `args` ("judge:toy": {...}) so every other reader sees names.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        args: dict = {}
+        for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
+                            ("report", "section"), ("stops", "stop")):
+            if field not in data or data[field] is None:
+                continue
+            names, a = _split_refs(data[field], field)
+            data[field] = names[0] if field == "loader" else names
+            args.update({f"{kind}:{n}": v for n, v in a.items()})
+        if args:
+            data["args"] = {**args, **(data.get("args") or {})}
+        return data
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v):
+        if v not in ("carryon", "episodes"):
+            raise ValueError(f"engine {v!r}: choose carryon or episodes")
+        return v
+
+    @model_validator(mode="after")
+    def _names(self):
+        names = [c.name for c in self.conditions]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"conditions: duplicate name(s) {dup}")
+        if self.engine == "episodes" and not self.loader:
+            raise ValueError("loader: an episode benchmark needs a dataset loader")
+        if self.engine == "carryon":
+            self.carryon_conditions()  # raises when the conditions are not CarryOnBench's
+        if self.engine == "episodes":
+            bare = [c.name for c in self.conditions if not c.prompt]
+            if bare:
+                raise ValueError(f"conditions {bare}: an episode condition needs `prompt` (the "
+                                 "item's prompt that opens the episode)")
+        return self
+
+    @property
+    def stages(self) -> list[str]:
+        return list(CARRYON_STAGES if self.engine == "carryon" else EPISODE_STAGES)
+
+    def condition(self, name: str) -> ConditionSpec:
+        for c in self.conditions:
+            if c.name == name:
+                return c
+        raise SpecError(f"{self.source_path or self.name}: no condition {name!r}")
+
+    def carryon_conditions(self) -> "CarryOnConditions":
+        """The names CarryOnBench's stages, views and report give its three conditions."""
+        return CarryOnConditions.of(self.conditions)
+
+    @property
+    def condition_names(self) -> list[str]:
+        return [c.name for c in self.conditions]
+
+    @property
+    def max_turns(self) -> int:
+        return max(c.max_turns for c in self.conditions)
+
+    # ----- components (built once per loaded spec) ------------------------------------------
+    def component(self, kind: str, name: str):
+        """The component ``name`` of ``kind`` built with this spec's arguments for it."""
+        key = (kind, name)
+        if key not in self._built:
+            args = self.args.get(f"{kind}:{name}")
+            self._built[key] = registry.build(kind, name, args)
+        return self._built[key]
+
+    def user(self, condition: ConditionSpec):
+        """The user policy of a condition, built with the condition's arguments."""
+        key = ("user", condition.name)
+        if key not in self._built:
+            self._built[key] = registry.build("user", condition.user, condition.user_args)
+        return self._built[key]
+
+    def judge_objects(self) -> list[tuple[str, object]]:
+        return [(name, self.component("judge", name)) for name in self.judges]
+
+    def target_policies(self) -> list[tuple[str, object]]:
+        return [(name, self.component("target", name)) for name in self.targets]
+
+    def component_roles(self) -> tuple[list[str], set[str]]:
+        """(roles, optional roles) the spec's components declare, in spec order."""
+        found: list[tuple[str, str]] = []
+        if self.loader:
+            found.append(("loader", self.loader))
+        found += [("target", n) for n in self.targets] + [("stop", n) for n in self.stops]
+        found += [("user", c.user) for c in self.conditions]
+        found += [("judge", n) for n in self.judges] + [("section", n) for n in self.report]
+        roles, optional = [], set()
+        for kind, name in found:
+            for r in registry.lookup(kind, name).roles:
+                if r not in roles:
+                    roles.append(r)
+                if kind == "judge" and getattr(registry.lookup(kind, name).factory, "optional",
+                                               False):
+                    optional.add(r)
+        return roles, optional
+
+    def config_roles(self) -> list[str]:
+        """The roles a config of this benchmark may set: its components' roles, CarryOnBench's
+        own stages' (engine carryon) and the universal ones; the role table's order first."""
+        roles, _ = self.component_roles()
+        if self.engine == "carryon":
+            roles += [r.name for r in ROLE_TABLE if set(r.stages) & set(CARRYON_STAGES)]
+        roles += list(UNIVERSAL_ROLES)
+        order = {r.name: i for i, r in enumerate(ROLE_TABLE)}
+        return sorted(dict.fromkeys(roles), key=lambda r: order.get(r, len(order)))
+
+    def needs_target_models(self) -> bool:
+        """Whether any target policy sits a configured target model in the seat."""
+        return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
+
+    def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
+        """(roles, optional roles) an episode-engine stage of this spec calls: the targets
+        (when a target policy takes a model) and its target policies', stop rules' and user
+        policies' roles for ``episodes``, its judges' roles for ``verdicts``."""
+        roles, optional = [], set()
+        if stage == "episodes":
+            roles = ["targets"] if self.needs_target_models() else []
+            for kind, names in (("target", self.targets), ("stop", self.stops),
+                                ("user", [c.user for c in self.conditions])):
+                for n in names:
+                    roles += [r for r in registry.lookup(kind, n).roles if r not in roles]
+        elif stage == "verdicts":
+            for name in self.judges:
+                comp = registry.lookup("judge", name)
+                for r in comp.roles:
+                    if r not in roles:
+                        roles.append(r)
+                        if getattr(comp.factory, "optional", False):
+                            optional.add(r)
+        return roles, optional
