@@ -53,8 +53,11 @@ def wait_ready(ready, proc, what: str, log: Path, timeout_s: float, kill,
 
 
 def port_free(port: int, host: str = HOST) -> bool:
-    """Whether ``port`` can be bound on ``host`` now."""
+    """Whether a server could listen on ``port`` now. SO_REUSEADDR as servers bind (uvicorn
+    does): a port whose last server just stopped (connections in TIME_WAIT) is free, one with
+    a live listener is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
