@@ -83,7 +83,6 @@ class ResponseCache:
 
     def set(self, key: str, value: dict, role: str) -> None:
         self._c.set(key, value, tag=role, retry=True)
-        self.forget_failure(key)  # an answer supersedes a remembered failure
 
     # ----- remembered failures --------------------------------------------------------------
     def get_failure(self, key: str) -> dict | None:

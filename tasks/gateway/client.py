@@ -300,6 +300,8 @@ class Gateway:
                                  "cost_usd": r.cost_usd, "role": role, "model": spec.model,
                                  # passed junk_reason when stored: no re-check on every hit
                                  "junk_checked": True}, role)
+            if self.retry_failed:  # only then can this key have a remembered failure
+                self.cache.forget_failure(key)
         else:
             st.failures += 1
             if not spec.temperature and r.error_kind in DETERMINISTIC_FAILURES:
