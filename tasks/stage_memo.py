@@ -13,7 +13,7 @@ The fingerprint of a stage holds everything a replay's calls and rows are comput
 - the resolved config: the config document, every role's resolved model entry (the
   environment's ``CARRYON_API_BASE`` included), the home and cache folders;
 - the run's queries or items (dataset, limit and shard applied), in full;
-- a spec loaded from a path: every file of its folder (its own components, views, sample);
+- a spec loaded from a path: the code beside it (its spec, component modules, views);
 - the response cache's generation token (tasks/gateway/cache.py), which changes when entries
   are deleted or the folder is new: a skip relies on the stage's answers still being there;
 - the tables of the earlier stages (and the shared ``bench_conditions``), as a row count and
@@ -71,14 +71,20 @@ def input_tables(stage: str) -> tuple[str, ...]:
     return SHARED + tuple(t for s in order[:order.index(stage)] for t in OUTPUTS[s])
 
 
+# The files of a spec's folder that shape a run: the spec, its component modules, its views and
+# templates. Its data files are not hashed here (a folder may hold gigabytes): the run's items
+# are in the fingerprint in full.
+_SPEC_SUFFIXES = (".yaml", ".yml", ".py", ".sql", ".j2")
+
+
 def spec_folder_version(spec) -> str | None:
-    """A hash of the folder of a spec loaded from outside the project (its components, views
-    and sample are not in the project's source); None for a built-in spec."""
+    """A hash of the code beside a spec loaded from outside the project (its components and
+    views are not in the project's source); None for a built-in spec."""
     folder = Path(spec.source_path).resolve().parent if spec.source_path else None
     if folder is None or _ROOT in folder.parents:
         return None
     h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in _SPEC_SUFFIXES):
         h.update(f"{path.relative_to(folder)}\0".encode())
         h.update(path.read_bytes())
     return h.hexdigest()
