@@ -299,13 +299,19 @@ def test_workflow_end_to_end(wh_cfg, tmp_path):
     exact = 100 * (1 + n5 / len(js) + 1) / 3  # a01 and a03 exact, a02 exact only where the judge said 5
     assert f"agreement with people: {exact:.2f} % (exact score" in safety_line
 
-    # Idempotent: importing the same files again changes nothing; a changed file replaces.
+    # Idempotent: importing the same files again changes nothing; a changed file (a later
+    # export, or one claiming this annotator's id) is refused, and replaces with --replace.
     before = wh.count("validation_annotations")
     assert _cli("import", *files, "--config", cfg)[0] == 0
     assert wh.count("validation_annotations") == before
     changed = export_for(wh, "naturalness-1", ann[0], lambda q: 1)
     changed["labels"] = changed["labels"][:3]
-    assert _cli("import", _write(tmp_path, "nat-changed.json", changed), "--config", cfg)[0] == 0
+    changed_file = _write(tmp_path, "nat-changed.json", changed)
+    code, out = _cli("import", changed_file, "--config", cfg)
+    assert code == 2 and f"annotator {ann[0]!r}: already has" in out and "--replace" in out
+    assert wh.count("validation_annotations") == before  # nothing imported
+    code, out = _cli("import", changed_file, "--config", cfg, "--replace")
+    assert code == 0 and "(replaced " in out
     mine = wh.query("SELECT value FROM validation_annotations WHERE sample_id = 'naturalness-1' AND annotator = ?",
                     [ann[0]])
     assert [r["value"] for r in mine] == [1, 1, 1]

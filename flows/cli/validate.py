@@ -94,18 +94,22 @@ def page(config: str = ConfigOpt,
 
 @validate_app.command("import")
 def import_cmd(files: List[Path] = typer.Argument(..., help="The annotators' exported JSON files."),
-               config: str = ConfigOpt):
-    """Import exported annotations (re-importing an annotator's file replaces their labels)."""
+               config: str = ConfigOpt,
+               replace: bool = typer.Option(False, "--replace", help=(
+                   "Replace an annotator's labels that differ from the file's (refused "
+                   "otherwise)."))):
+    """Import exported annotations (an annotator's different labels need --replace)."""
     from tasks.validation import ValidationError
     from tasks.validation.annotations import import_files
 
     wh = _warehouse(config)
     try:
-        res = import_files(wh, files)
+        res = import_files(wh, files, replace=replace)
     except ValidationError as e:
         _fail(str(e))
     for r in res:
-        typer.echo(f"{r['file']}: {r['sample_id']} {r['annotator']}: {r['labels']} of {r['questions']} labels")
+        typer.echo(f"{r['file']}: {r['sample_id']} {r['annotator']}: {r['labels']} of {r['questions']} labels"
+                   + (f" (replaced {r['replaced']} earlier labels)" if r["replaced"] else ""))
 
 
 @validate_app.command("report")

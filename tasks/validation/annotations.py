@@ -1,8 +1,10 @@
 """Import the annotators' exported JSON files into ``validation_annotations``.
 
 Every file is validated before anything is written; an error names the file, the annotator
-and the field (``labels[3].value``). Re-importing an annotator's file replaces all of that
-annotator's labels for the sample (idempotent)."""
+and the field (``labels[3].value``). Re-importing an annotator's file with the same labels
+changes nothing (idempotent). A file whose labels differ from those the annotator already
+has for the sample (a later export, or a file that claims another annotator's id) is refused
+unless ``replace``: then it replaces them, and the summary says how many it replaced."""
 
 from __future__ import annotations
 
@@ -102,9 +104,16 @@ def parse_file(wh, path: Path) -> tuple[str, str, list[dict], int]:
     return sample_id, annotator, rows, len(expected)
 
 
-def import_files(wh, paths: list) -> list[dict]:
+_LABEL_KEY = ("unit_id", "conversation_id", "position", "item_id", "value")
+
+
+def _labels(rows) -> set[tuple]:
+    return {tuple(r[k] for k in _LABEL_KEY) for r in rows}
+
+
+def import_files(wh, paths: list, replace: bool = False) -> list[dict]:
     """Validate every file first, then write all in one transaction. Returns one summary
-    dict per file {file, sample_id, annotator, labels, questions}."""
+    dict per file {file, sample_id, annotator, labels, questions, replaced}."""
     if not paths:
         raise ValidationError("no files given")
     parsed, who = [], {}
@@ -115,6 +124,17 @@ def import_files(wh, paths: list) -> list[dict]:
                                   "(one file per annotator)")
         who[(sample_id, annotator)] = str(p)
         parsed.append((str(p), sample_id, annotator, rows, n_q))
+    replaced = {}
+    for f, sample_id, annotator, rows, _ in parsed:
+        old = wh.query(f"SELECT {', '.join(_LABEL_KEY)} FROM validation_annotations "
+                       "WHERE sample_id = ? AND annotator = ?", [sample_id, annotator])
+        if old and _labels(old) != _labels(rows):
+            if not replace:
+                raise ValidationError(
+                    f"{f}: annotator {annotator!r}: already has {len(old)} other labels for "
+                    f"sample {sample_id} (a later export, or a file claiming this annotator's "
+                    "id); nothing imported: pass --replace to replace them")
+            replaced[(sample_id, annotator)] = len(old)
     now = dt.datetime.now(dt.timezone.utc)
     batches = []
     for _, sample_id, annotator, rows, _ in parsed:
@@ -122,5 +142,5 @@ def import_files(wh, paths: list) -> list[dict]:
             r["imported"] = now
         batches.append((ValidationAnnotation, rows, ("sample_id = ? AND annotator = ?", [sample_id, annotator])))
     wh.write_many(batches)
-    return [{"file": f, "sample_id": s, "annotator": a, "labels": len(rows), "questions": n}
-            for f, s, a, rows, n in parsed]
+    return [{"file": f, "sample_id": s, "annotator": a, "labels": len(rows), "questions": n,
+             "replaced": replaced.get((s, a), 0)} for f, s, a, rows, n in parsed]
