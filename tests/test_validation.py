@@ -369,3 +369,14 @@ def test_an_empty_benutil_sample_names_the_real_reason():
     one_target = [dict(c, target="a", length=4 + 2 * i) for i, c in enumerate(one_length)]
     assert "this run has one target (a)" in _why_empty("benutil", one_target)
     assert "run the benchmark first" in _why_empty("benutil", [])
+
+
+def test_a_page_saves_its_progress_under_its_own_samples_key(wh_cfg):
+    # Sample ids repeat (safety-0 in every run); the page's storage key must not.
+    wh, _ = wh_cfg
+    draw_sample(wh, "safety", seed=0, per_score=2)
+    first = page_data(wh, "safety-0", "a01")
+    assert page_data(wh, "safety-0", "a01")["sample_uid"] == first["sample_uid"]  # stable
+    assert page_data(wh, "safety-0", "a02")["sample_uid"] == first["sample_uid"]  # one sample
+    draw_sample(wh, "safety", seed=0, per_score=2)  # drawn again: another sample, same id
+    assert page_data(wh, "safety-0", "a01")["sample_uid"] != first["sample_uid"]

@@ -2,11 +2,14 @@
 
 The data is embedded as JSON with <, > and & escaped; every text is rendered with
 textContent; a Content-Security-Policy forbids any network load. Labels autosave in
-localStorage (key ``carryon-validation:<sample>:<annotator>``) and are exported as JSON (a
+localStorage (key ``carryon-validation:<sample uid>:<annotator>``: the uid hashes the sample's
+id, when it was drawn and its units, so a page of another run's ``naturalness-0`` never
+resumes this one's progress) and are exported as JSON (a
 download link with a data: URL, and the same JSON in ``textarea#export``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from html import escape
 from pathlib import Path
@@ -76,7 +79,12 @@ def _page_data(wh, sample_id: str, annotator: str) -> dict:
                           "turns": _turns(wh, cid, u["position"] if kind == "safety" else None),
                           "items": _items(wh, cid) if kind == "benutil" else []})
         out.append({"unit_id": u["unit_id"], "position": u["position"], "conversations": convs})
-    return {"format": FORMAT, "sample_id": sample_id, "kind": kind, "annotator": annotator,
+    every_unit = [r["unit_id"] for r in wh.query(
+        "SELECT unit_id FROM validation_units WHERE sample_id = ? ORDER BY unit_id", [sample_id])]
+    uid = hashlib.sha256(json.dumps([sample_id, str(s[0]["created"]), every_unit])
+                         .encode()).hexdigest()[:16]
+    return {"format": FORMAT, "sample_id": sample_id, "sample_uid": uid, "kind": kind,
+            "annotator": annotator,
             "scale": SCALES[kind], "instructions": INSTRUCTIONS[kind], "units": out}
 
 
@@ -95,7 +103,7 @@ JS = r"""
 (() => {
   'use strict';
   const D = JSON.parse(document.getElementById('data').textContent);
-  const KEY = 'carryon-validation:' + D.sample_id + ':' + D.annotator;
+  const KEY = 'carryon-validation:' + D.sample_uid + ':' + D.annotator;
   let st = {labels: {}, index: 0};
   try { const s = JSON.parse(localStorage.getItem(KEY) || 'null'); if (s && s.labels) st = s; } catch (e) {}
   const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls;
