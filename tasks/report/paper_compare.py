@@ -173,6 +173,16 @@ def _linked(conv: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     return conv[conv["target"].isin(list(links))] if len(conv) else conv
 
 
+def _linked_conversations(conv: pd.DataFrame | None, config: dict | None, paper,
+                          key: str) -> pd.DataFrame | Stat:
+    """The conversations of the targets with a paper row, or the Stat saying why there are none."""
+    if conv is None or conv.empty:
+        return _too_few(TITLES[key], "no completed conversations", key)
+    links, unknown = paper_links(config, paper)
+    sub = _linked(conv, links)
+    return _no_links(key, unknown) if sub.empty else sub
+
+
 def _no_links(key: str, unknown: dict[str, str]) -> Stat:
     why = ("no target of this run names a row of the paper's Table 2 (set `paper_name:` on the "
            "entries of models.targets, as configs/paper.yaml does)")
@@ -376,12 +386,9 @@ def domains(conv: pd.DataFrame, queries: pd.DataFrame | None, config: dict | Non
     """The paper's per-domain numbers beside domain_changes on the linked targets."""
     key = "paper_domains"
     paper = load_paper()
-    if conv is None or conv.empty:
-        return _too_few(TITLES[key], "no completed conversations", key)
-    links, unknown = paper_links(config, paper)
-    sub = _linked(conv, links)
-    if sub.empty:
-        return _no_links(key, unknown)
+    sub = _linked_conversations(conv, config, paper, key)
+    if isinstance(sub, Stat):
+        return sub
     ours = domain_changes(sub, queries)
     if ours.table is None:
         return Stat(TITLES[key], None, ours.note, key=key)
@@ -425,12 +432,9 @@ def mixed_models(conv: pd.DataFrame, config: dict | None, fitted: list[Stat] | N
     target has a paper row, so the models are not fitted twice."""
     key = "paper_mixed_models"
     paper = load_paper()
-    if conv is None or conv.empty:
-        return _too_few(TITLES[key], "no completed conversations", key)
-    links, unknown = paper_links(config, paper)
-    sub = _linked(conv, links)
-    if sub.empty:
-        return _no_links(key, unknown)
+    sub = _linked_conversations(conv, config, paper, key)
+    if isinstance(sub, Stat):
+        return sub
     by_key = {s.key: s for s in fitted or []}
     if fitted and set(sub["target"]) == set(conv["target"]) and all(k in by_key for _, k, _ in OUTCOMES):
         fits = by_key
