@@ -10,6 +10,9 @@ the api_base, so the server must listen on the same port.
 ``tests/fixtures/sister_homes/`` holds a home of the sister benchmarks (clarify and
 OpenSafeIntent) written before the component registry, with its configs and views; its
 ``make.py`` writes it again from any checkout.
+
+Both caches were written when values were pickles: each test converts its copy first, as the
+README tells a user to (``carryon cache convert``), and the rerun then needs nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import yaml
 
 from flows.carryon import carryon
 from tasks.config import load_config
+from tasks.gateway.cache import convert_legacy
 from tests.llm_server import LLMServer
 from warehouse import Warehouse
 
@@ -50,6 +54,7 @@ def old_home(tmp_path):
     home.mkdir()
     with tarfile.open(FIXTURE / "home.tar.gz") as tar:
         tar.extractall(home, filter="data")
+    assert convert_legacy(home / "cache") > 0  # its answers were pickles
     cfg = yaml.safe_load((FIXTURE / "config.yaml").read_text())
     cfg["home"] = str(home)
     path = tmp_path / "config.yaml"
@@ -147,6 +152,7 @@ def test_sister_benchmarks_home_reruns_with_zero_requests_and_identical_views(pr
     home.mkdir()
     with tarfile.open(SISTERS / "home.tar.gz") as tar:
         tar.extractall(home, filter="data")
+    convert_legacy(home / "cache")  # a no-op once make.py has rewritten it with JSON values
     for bench in ("clarify", "opensafeintent"):
         cfg = yaml.safe_load((SISTERS / f"{bench}.yaml").read_text())
         cfg["home"] = str(home)

@@ -1,4 +1,4 @@
-"""``carryon cache stats|prune|clear``: inspect and trim the LLM response cache."""
+"""``carryon cache stats|prune|clear|convert``: inspect, trim and convert the LLM response cache."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ from tasks.config import ConfigError, load_config
 cache_app = typer.Typer(no_args_is_help=True, help="Inspect and trim the LLM response cache.")
 
 
+def _cache_dir(config: Optional[str]) -> Path:
+    return (load_config(config).cache_path if config else
+            Path(os.environ.get("CARRYON_CACHE_DIR") or _home(None) / "cache"))
+
+
 def _cache(config: Optional[str]):
     from tasks.gateway.cache import CacheError, ResponseCache
 
     try:
-        return ResponseCache(load_config(config).cache_path if config else
-                             Path(os.environ.get("CARRYON_CACHE_DIR") or _home(None) / "cache"))
+        return ResponseCache(_cache_dir(config))
     except (ConfigError, CacheError) as e:
         _fail(str(e))
 
@@ -56,3 +60,20 @@ def cache_clear(config: Optional[str] = typer.Option(None, "--config", "-c"),
     """Drop every entry (or every entry of one role/model)."""
     n = _cache(config).delete_where(role, model)
     typer.echo(f"cleared {n} entries")
+
+
+@cache_app.command("convert")
+def cache_convert(config: Optional[str] = typer.Option(None, "--config", "-c")):
+    """Once, for a cache written before values were JSON: rewrite its pickled entries as JSON.
+    Reading them runs pickle: convert only a folder you trust (your own)."""
+    from tasks.gateway.cache import CacheError, convert_legacy
+
+    try:
+        directory = _cache_dir(config)
+        if not directory.is_dir():
+            _fail(f"{directory}: no response cache here")
+        n = convert_legacy(directory)
+    except (ConfigError, CacheError) as e:
+        _fail(str(e))
+    typer.echo(f"{directory}: {n} entries converted to JSON" if n
+               else f"{directory}: nothing to convert (its values are JSON already)")

@@ -10,13 +10,21 @@ deterministic failures of deterministic calls (tasks/gateway/client.py): the sam
 to the same model at temperature 0 gives the same junk again, so a rerun need not pay for
 it. A remembered failure is never an answer: ``get`` never returns it, and it carries only
 the failure's kind and message.
+
+Values are stored as JSON text, never as pickles (``JsonOnlyDisk``): a cache folder can be
+shared, copied or downloaded, and unpickling a value runs whatever code it names. Reading a
+pickled entry raises instead of unpickling it. A folder written by an earlier version (its
+answers pickled) is refused when opened, with the one-time conversion to run:
+``carryon cache convert`` (``convert_legacy``), which the user runs on a folder they trust.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +43,107 @@ class CacheError(Exception):
 GENERATION_FILE = "carryon-generation"
 # The key prefix of remembered failures.
 FAILED = "failed:"
+
+
+# A file beside the generation token saying the folder holds JSON values only (written when a
+# new or converted folder is opened): its absence makes the open look for pickled rows.
+FORMAT_FILE = "carryon-format"
+FORMAT = "json-1"
+CONVERT_HINT = "carryon cache convert"
+
+
+class PickledEntry(CacheError):
+    """A value stored as a pickle: refused, never unpickled."""
+
+
+class JsonOnlyDisk(diskcache.Disk):
+    """diskcache's Disk with values as JSON text and keys as plain strings (stored exactly as
+    the default Disk stores a str key, so keys of a converted folder are unchanged)."""
+
+    def put(self, key):
+        if type(key) is not str:
+            raise TypeError(f"cache keys are strings, not {type(key).__name__}")
+        return super().put(key)
+
+    def get(self, key, raw):
+        if not raw:
+            raise PickledEntry("a pickled key")
+        return super().get(key, raw)
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        if read:
+            raise TypeError("the response cache stores JSON values, not files")
+        return super().store(json.dumps(value, ensure_ascii=False), False, key=key)
+
+    def fetch(self, mode, filename, value, read):
+        if mode == diskcache.core.MODE_PICKLE:
+            raise PickledEntry("a pickled value")
+        data = super().fetch(mode, filename, value, False)
+        return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+
+
+def _pickled_rows(directory: Path, limit: int | None = None) -> list[tuple]:
+    """(key, raw) of the rows whose key or value is pickled, read with sqlite directly:
+    nothing is unpickled to find them."""
+    db = Path(directory) / "cache.db"
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT key, raw FROM Cache WHERE mode = ? OR raw = 0"
+                           + (f" LIMIT {int(limit)}" if limit else ""),
+                           (diskcache.core.MODE_PICKLE,)).fetchall()
+    except sqlite3.OperationalError:  # no Cache table yet: an empty folder
+        return []
+    finally:
+        con.close()
+
+
+def _has_pickles(directory: Path) -> bool:
+    return bool(_pickled_rows(directory, limit=1))
+
+
+def _mark_json(directory: Path) -> None:
+    path = Path(directory) / FORMAT_FILE
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(FORMAT, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def convert_legacy(directory: Path) -> int:
+    """Rewrite every pickled entry of a folder the user trusts as JSON (tags kept); returns
+    how many entries were rewritten. Entries that are not plain JSON data are dropped and
+    counted in the log. Idempotent: a converted folder has nothing left to rewrite."""
+    directory = Path(directory)
+    legacy = diskcache.Cache(str(directory), eviction_policy="none", size_limit=2**62,
+                             tag_index=True)  # the default, pickling Disk: the user vouches
+    safe = diskcache.Cache(str(directory), disk=JsonOnlyDisk, eviction_policy="none",
+                           size_limit=2**62, tag_index=True)
+    n = dropped = 0
+    try:
+        for key, raw in _pickled_rows(directory):
+            try:
+                if not raw:  # a pickled key: never one of ours (ours are strings)
+                    raise TypeError("a key that is not a string")
+                value, tag = legacy.get(key, default=None, tag=True, retry=True)
+                json.dumps(value)
+            except Exception:  # noqa: BLE001  (not plain data, or unreadable: dropped)
+                # By its row: a pickled key cannot be named without unpickling it.
+                legacy._sql("DELETE FROM Cache WHERE key = ? AND raw = ?", (key, raw))
+                dropped += 1
+                continue
+            safe.set(key, value, tag=tag, retry=True)
+            n += 1
+    finally:
+        legacy.close()
+        safe.close()
+    if dropped:  # answers are gone: no stage may be skipped on the strength of them
+        log.warning("%s: %d entries were not JSON data and were dropped", directory, dropped)
+        _new_generation(directory / GENERATION_FILE)
+    if not _has_pickles(directory):
+        _mark_json(directory)
+    return n
 
 
 def generation(directory: Path) -> str:
@@ -61,9 +170,18 @@ class ResponseCache:
         self.directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            if not (directory / FORMAT_FILE).exists():
+                if _has_pickles(directory):
+                    raise CacheError(
+                        f"{directory}: this response cache was written by an earlier version "
+                        f"(its answers are pickles, which are never read); if you trust this "
+                        f"folder, convert it once with `{CONVERT_HINT}` (with the same --config)")
             # eviction_policy none: a benchmark cache must never drop answers on its own.
-            self._c = diskcache.Cache(str(directory), eviction_policy="none", size_limit=2**62,
-                                      tag_index=True)
+            self._c = diskcache.Cache(str(directory), disk=JsonOnlyDisk, eviction_policy="none",
+                                      size_limit=2**62, tag_index=True)
+            _mark_json(directory)
+        except CacheError:
+            raise
         except (OSError, diskcache.core.Timeout) as e:
             raise CacheError(f"{directory}: cannot open the response cache: {e}") from None
         except Exception as e:  # sqlite3 errors from a damaged cache.db
@@ -73,7 +191,7 @@ class ResponseCache:
     def get(self, key: str) -> dict | None:
         try:
             value = self._c.get(key, default=None, retry=True)
-        except Exception as e:  # unreadable pickle, truncated file: a miss, not a crash
+        except Exception as e:  # a pickle (refused), a truncated file: a miss, not a crash
             log.warning("cache entry %s unreadable (%s); treating it as a miss", key[:12], e)
             return None
         if value is not None and not (isinstance(value, dict) and isinstance(value.get("content"), str)):
