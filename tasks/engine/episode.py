@@ -77,7 +77,8 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
     assert first is not None, "episodes are built only for conditions the item has"
     transcript = [{"role": "user", "content": first}]
     turns = [{"episode_id": eid, "position": 0, "role": "user", "model_turn": 1, "content": first,
-              "call_hash": None, "blocked": None, "act": None, "act_call_hash": None}]
+              "call_hash": None, "blocked": None, "act": None, "act_call_hash": None,
+              "aside": None}]
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
     while True:
@@ -92,7 +93,10 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
         content = BLOCKED_CONTENT if blocked else r.content
         turns.append({"episode_id": eid, "position": len(turns), "role": "assistant",
                       "model_turn": model_turns, "content": content, "call_hash": r.call_hash,
-                      "blocked": blocked, "act": None, "act_call_hash": None})
+                      "blocked": blocked, "act": None, "act_call_hash": None,
+                      # what the policy stated beside its response: for judges, never in
+                      # the transcript the user policy reads
+                      "aside": getattr(r, "aside", None)})
         transcript.append({"role": "assistant", "content": content})
         if blocked:
             termination = ANSWERED
@@ -120,7 +124,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
         turns.append({"episode_id": eid, "position": len(turns), "role": "user",
                       "model_turn": model_turns + 1, "content": nxt.content,
                       "call_hash": nxt.call_hash, "blocked": None, "act": None,
-                      "act_call_hash": None})
+                      "act_call_hash": None, "aside": None})
         transcript.append({"role": "user", "content": nxt.content})
     row = {"episode_id": eid, "benchmark": bench.name, "item_id": item.item_id,
            "condition": condition.name, "target": seat.name, "user_policy": condition.user,

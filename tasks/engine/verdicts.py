@@ -104,16 +104,18 @@ def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView
     for eid, ts in by_ep.items():
         ep = eps[eid]
         last = max((t["position"] for t in ts if t["role"] == "assistant"), default=None)
+        asides: list = []
         for i, t in enumerate(ts):
             if t["role"] != "assistant":
                 continue
+            asides.append(t.get("aside"))
             history = tuple({"role": h["role"], "content": h["content"]} for h in ts[:i])
             out.append(TurnView(item=items[ep["item_id"]], condition=ep["condition"],
                                 episode_id=eid, position=t["position"],
                                 model_turn=t["model_turn"], prompt=ts[0]["content"],
                                 response=t["content"], history=history,
                                 is_last=t["position"] == last, blocked=bool(t["blocked"]),
-                                act=t["act"]))
+                                act=t["act"], asides=tuple(asides)))
     return out
 
 

@@ -9,7 +9,9 @@ A judge module exposes ``JUDGE``, an object with:
 - ``templates``: the prompt templates it renders (their hash is the set's prompt version);
 - ``measures``: the measures it writes per turn (``score``, ``act``, ``token_f1``, ...);
 - ``wants(turn) -> bool``: which assistant turns it judges (e.g. only the last one);
-- ``request(turn) -> Request | None``: the call to make (None: no call, judge from text);
+- ``request(turn) -> Request | EmbedRequest | None``: the call to make (None: no call, judge
+  from text; an ``EmbedRequest``: embeddings of its texts through the gateway's ``embed``,
+  cached and recorded like chat calls, ``parsed`` then being the list of vectors);
 - ``verdicts(turn, parsed) -> list[Measure]``: the measures from a parsed answer (``parsed``
   is None when ``request`` returned None).
 
@@ -51,12 +53,27 @@ class TurnView:
     is_last: bool  # the episode's last assistant turn
     blocked: bool = False
     act: str | None = None  # the act the user policy read (if it read one)
+    # What the target policy stated beside each of the episode's assistant turns up to and
+    # including this one (episode_turns.aside, JSON text or None), in order.
+    asides: tuple[str | None, ...] = ()
+
+    @property
+    def aside(self) -> str | None:
+        """What the target policy stated beside this response (None: nothing)."""
+        return self.asides[-1] if self.asides else None
 
 
 @dataclass(frozen=True)
 class Request:
     messages: list[dict]
     schema: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """A judge's embedding request: one vector per text (non-empty strings), in order."""
+
+    texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -134,8 +151,21 @@ class SpecKind(JudgeKind):
         req = self.judge.request(turn)
         if req is None:
             return []  # judged from the text (or a blocked turn): no call
+        if isinstance(req, EmbedRequest):
+            return [(("embed", json.dumps(list(req.texts), ensure_ascii=False)), req)]
         key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False), req.schema.__name__)
         return [(key, req)]
+
+    def calls(self, gw) -> list:
+        # Embedding requests go through the gateway's embed (same cache, limits and
+        # provenance); chat requests as every kind's.
+        if not any(isinstance(s, EmbedRequest) for s in self.sources.values()):
+            return super().calls(gw)
+        from tasks.gateway.embed import embed
+
+        return [embed(gw, spec, self.role, list(src.texts)) if isinstance(src, EmbedRequest)
+                else self.ask(gw, spec, src.messages, src.schema)
+                for spec in self.specs for src in self.sources.values()]
 
     def messages(self, source: Request) -> list[dict]:
         return source.messages
@@ -147,7 +177,8 @@ class SpecKind(JudgeKind):
         return verdict_sample_key(spec, messages)
 
     def parse(self, r) -> tuple:
-        return (r.parsed, None, None, r.call_hash)
+        # An embedding call's answer is its vectors.
+        return (r.vectors if r.vectors is not None else r.parsed, None, None, r.call_hash)
 
     def combine(self, votes: list[tuple]) -> tuple:
         # Votes are combined per measure in turn_rows (a vote's measures need its turn).

@@ -10,7 +10,9 @@ and named in a spec's ``targets:`` (default ``[llm]``). It has:
   item, the condition, the transcript so far). A reply has ``ok``, ``content``,
   ``error_kind``, ``error`` and ``call_hash`` (a gateway result is one; ``Reply`` for a
   policy that computes its answer). ``error_kind == "content_blocked"`` is a turn the provider
-  refused to produce.
+  refused to produce. A reply may carry ``aside`` (JSON text the policy states beside its
+  response): the engine stores it on the turn for the judges and keeps it out of the
+  transcript, so the user policy never sees it.
 - ``calls(condition) -> dict[role, int]`` (optional): calls per target turn beyond the target
   model's own one, for ``carryon plan``.
 
@@ -33,6 +35,10 @@ class Reply:
     error_kind: str | None = None
     error: str | None = None
     call_hash: str | None = None
+    # What the policy states beside its response (JSON text; e.g. a perceive-then-respond
+    # target's perceived intent): stored on the turn (episode_turns.aside) for the judges,
+    # never put in the transcript the user policy reads.
+    aside: str | None = None
 
 
 @dataclass(frozen=True)

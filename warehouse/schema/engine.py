@@ -58,6 +58,10 @@ class EpisodeTurn(SQLModel, table=True):
     # clarifying_question, refusal, hedge; NULL when not read or the act call failed).
     act: str | None = None
     act_call_hash: str | None = None
+    # Assistant turns of a target policy that states something beside its response (JSON,
+    # e.g. a perceive-then-respond target's {"perceived_intent": ...}); never shown to the
+    # user policy. NULL for every other target.
+    aside: str | None = None
 
 
 class VerdictSet(SQLModel, table=True):
