@@ -27,6 +27,7 @@ from flows.simulate import simulate_flow
 from flows.verdicts import verdicts_flow
 from tasks.data import run_queries
 from tasks.engine.items import run_items
+from tasks.ops import interrupt
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
 from tasks.stage_memo import OUTPUTS, StageMemo
@@ -108,6 +109,7 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
     work_rows = None
     try:
         for stage in ctx.stages:
+            interrupt.raise_if_requested()  # Ctrl-C: no further stage starts
             started = time.perf_counter()
             memo = kept = None
             if stage in OUTPUTS:  # a replay records its memo too (its rows are new)
@@ -126,7 +128,10 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
             summary["seconds"][stage] = round(time.perf_counter() - started, 2)
     except BaseException as e:
         await _release_limits(ctx)
-        finish_run(ctx, "failed", _error_line(e))
+        if interrupt.requested():  # Ctrl-C / SIGTERM (tasks/ops/interrupt.py): the last write
+            finish_run(ctx, "interrupted", interrupt.reason())
+        else:
+            finish_run(ctx, "failed", _error_line(e))
         raise
     await _release_limits(ctx)
     gw = ctx._gateway

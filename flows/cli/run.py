@@ -27,8 +27,6 @@ def run(config: str = ConfigOpt,
             "remembered (not re-sent by default: the same request gives the same junk); "
             "implies --replay."))):
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
-    import asyncio
-
     from tasks.gateway.cache import CacheError
     from tasks.gateway.client import ServerUnavailable
     from tasks.data import DataError
@@ -44,6 +42,7 @@ def run(config: str = ConfigOpt,
         preflight(cfg, selected, limit)
     except ConfigError as e:
         _fail(str(e))
+    from tasks.ops import interrupt
     from tasks.ops.ephemeral import TemporaryServerError, start_temporary_server
     from tasks.gateway.workers import prestart, stop_prestarted, worker_count
 
@@ -67,9 +66,15 @@ def run(config: str = ConfigOpt,
     try:
         if server:
             server.wait_ready()
-        summary = asyncio.run(carryon(config=config, stages=stages, limit=limit,
-                                      shard_index=shard_index, shard_count=shard_count,
-                                      replay=replay, retry_failed=retry_failed))
+        # The flow's loop runs in a thread; this one takes Ctrl-C and SIGTERM: the first stops
+        # new calls, lets those in flight finish for a few seconds, keeps whole batches only
+        # and marks the run interrupted; a second exits at once (tasks/ops/interrupt.py).
+        summary = interrupt.run(lambda: carryon(
+            config=config, stages=stages, limit=limit, shard_index=shard_index,
+            shard_count=shard_count, replay=replay, retry_failed=retry_failed))
+    except interrupt.Interrupted as e:
+        typer.echo(f"run stopped: {e}", err=True)
+        raise typer.Exit(interrupt.EXIT_CODE)
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))

@@ -36,6 +36,7 @@ from tasks.gateway.transport import (  # noqa: F401
 )
 from tasks.gateway.shared_limits import shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
+from tasks.ops import interrupt
 
 log = logging.getLogger("carryon.gateway")
 
@@ -111,6 +112,7 @@ class Gateway:
         when the run gave the gateway a warehouse to record batches in, unless ``live``."""
         self._check_up(spec)
         if spec.batch and self.batch_store is not None and not live:
+            await interrupt.checkpoint()  # no provider batch is submitted after Ctrl-C
             return await collector_for(self).chat(spec, role, messages, schema, sample_key)
         key = self.chat_key(spec, messages, schema, sample_key)
         return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
@@ -402,10 +404,12 @@ class Gateway:
     async def _send(self, kwargs: dict, convo, prompt) -> Reply | Failure:
         """One request: in a gateway worker process when the run has them, else here.
         Limits, the in-flight table and the cache stay in this process either way."""
-        pool = self._pool()
-        if pool is not None:
-            return await pool.send(kwargs, convo, prompt)
-        return await send(kwargs, convo, prompt)
+        await interrupt.checkpoint()  # after Ctrl-C nothing new is sent, retries included
+        with interrupt.sending():
+            pool = self._pool()
+            if pool is not None:
+                return await pool.send(kwargs, convo, prompt)
+            return await send(kwargs, convo, prompt)
 
     @staticmethod
     def _allow_reasoning_params(spec: ModelSpec, kwargs: dict) -> None:

@@ -19,6 +19,7 @@ from tasks.config import ModelSpec, api_key_for
 from tasks.gateway.client import CallResult, Gateway
 from tasks.gateway.keys import cache_key
 from tasks.gateway.transport import _litellm, _retry_after
+from tasks.ops import interrupt
 
 EMBEDDING_FORMAT = "embedding-v1"
 
@@ -76,8 +77,10 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
     while True:
         r.attempts += 1
         try:
+            await interrupt.checkpoint()  # nothing new is sent after Ctrl-C
             async with lim.slot():
-                resp = await litellm.aembedding(**kwargs)
+                with interrupt.sending():
+                    resp = await litellm.aembedding(**kwargs)
         except (litellm.RateLimitError, litellm.InternalServerError,
                 litellm.ServiceUnavailableError, litellm.APIConnectionError,
                 litellm.Timeout, litellm.BadGatewayError) as e:

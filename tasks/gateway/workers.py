@@ -95,7 +95,10 @@ class _Forker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tasks.gateway.worker", str(self.parent),
                  *(str(t.fileno()) for t in theirs)],
-                pass_fds=tuple(t.fileno() for t in theirs), stdin=subprocess.DEVNULL)
+                pass_fds=tuple(t.fileno() for t in theirs), stdin=subprocess.DEVNULL,
+                # Not the terminal's Ctrl-C: requests in flight finish while the run stops
+                # (tasks/ops/interrupt.py); they still die with the run's process.
+                start_new_session=True)
         except BaseException:
             for sock in self.socks:
                 sock.close()

@@ -103,7 +103,9 @@ class TemporaryServer:
             env.pop(var, None)
         if self._prior_env.get("PREFECT_UI_URL") is not None:
             env["PREFECT_UI_URL"] = self._prior_env["PREFECT_UI_URL"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
+        # A session of its own: a terminal's Ctrl-C (sent to the whole process group) is for
+        # the run, which stops cleanly and stops this server after (tasks/ops/interrupt.py).
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
     def start(self) -> "TemporaryServer":
         """Spawn the server and point PREFECT_API_URL at it; returns at once."""
