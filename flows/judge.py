@@ -18,7 +18,7 @@ from tasks.judge import (
 from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
-from tasks.stage_errors import StageFailed, all_failed, every
+from tasks.stage_errors import StageFailed, judge_failure
 
 # About 3 queries' conversations per target: big enough to share first responses and keep
 # the gateway busy, small enough that a batch's prompts stay a few MB.
@@ -73,27 +73,9 @@ async def judge_flow(run_id: str) -> dict:
         "queries": len({q for _, q in plan.without_checklist})}
     summary["agreement"] = [{k: (round(v, 3) if isinstance(v, float) else v)
                              for k, v in r.items() if k != "judgment_set_id"} for r in agreement]
-    failure = failure_line(ctx.warehouse, plan)
+    failure = judge_failure(ctx.warehouse, plan)
     if failure:
         raise StageFailed("judge", failure, summary)
     return summary
 
 
-def failure_line(wh, plan) -> str | None:
-    """Why the stage failed: for Ben-Util or safety, there were judgments to make and every
-    one is unscored because its judge calls failed (an unscored verdict from a tie or a
-    missing majority is a judges' disagreement, not a failure). None otherwise, and None
-    with nothing to judge."""
-    cids = [c for c, _ in plan.conversations]
-    if not cids:
-        return None
-    out = []
-    for kind, table, value, set_id in (("Ben-Util", "item_judgments", "fulfilled", plan.benutil_set),
-                                       ("safety", "safety_judgments", "score", plan.safety_set)):
-        rows = wh.query(f"SELECT {value} IS NOT NULL AS scored, reason FROM {table} "
-                        "WHERE judgment_set_id = ? AND list_contains(?, conversation_id)", [set_id, cids])
-        what = every(len(rows), f"{kind} judgment", f"{kind} judgments") + " unscored"
-        line = all_failed(len(rows), sum(r["scored"] for r in rows), [r["reason"] for r in rows], what)
-        if line:
-            out.append(line)
-    return "; ".join(out) or None

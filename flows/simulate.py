@@ -23,7 +23,8 @@ from tasks.engine.stage import run_batches
 from tasks.progress import Progress
 from tasks.run import get_run
 from tasks.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
-from tasks.stage_errors import StageFailed, all_failed, every
+from tasks.simulate_plan import select_checklisted
+from tasks.stage_errors import StageFailed, simulate_failure
 
 BATCH_SIZE = 4  # queries per task; x targets x (flows + oracle) conversations each
 
@@ -73,65 +74,8 @@ async def simulate_flow(run_id: str) -> dict:
                "conversations": by_status, "turns": turns, "blocked_turns": blocked, "calls": calls}
     if cfg.models.move_checker is not None:
         summary["move_check_failed"] = flagged
-    failure = failure_line(ctx.warehouse, queries, ready, skipped, by_status,
-                           [q["query_id"] for q in ready], [t.name for t in targets])
+    failure = simulate_failure(ctx.warehouse, queries, ready, skipped, by_status,
+                               [q["query_id"] for q in ready], [t.name for t in targets])
     if failure:
         raise StageFailed("simulate", failure, summary)
     return summary
-
-
-NO_CHECKLIST_YET = "no checklist yet: run the checklists stage"
-
-
-def select_checklisted(wh, queries) -> tuple[list[dict], dict[str, str], dict[str, int]]:
-    """The queries that enter simulation: those with a current checklist (a ``checklists``
-    row), with the benign intent their checklist was built from. Returns (ready, skipped,
-    skipped_by_step): ``skipped`` maps each other query to its reason, "no checklist: <step>:
-    <reason>" from ``checklist_queries``, or NO_CHECKLIST_YET; ``skipped_by_step`` counts them
-    by step ("not built" for the latter)."""
-    ids = [q.query_id for q in queries]
-    if not ids:
-        return [], {}, {}
-    rows = wh.query(
-        "SELECT q.query_id, i.intent, i.oracle_prompt, cq.step, cq.reason, "
-        "EXISTS (SELECT 1 FROM checklists c WHERE c.query_id = q.query_id) AS has_checklist "
-        "FROM (SELECT unnest(?::VARCHAR[]) AS query_id) q "
-        "LEFT JOIN intents i USING (query_id) LEFT JOIN checklist_queries cq USING (query_id)", [ids])
-    by_id = {r["query_id"]: r for r in rows}
-    ready, skipped, by_step = [], {}, {}
-    for q in queries:
-        r = by_id.get(q.query_id) or {}
-        if r.get("has_checklist") and r.get("intent") is not None:
-            ready.append({"query_id": q.query_id, "query": q.query, "intent": r["intent"],
-                          "oracle_prompt": r["oracle_prompt"]})
-            continue
-        if r.get("step"):
-            step, reason = r["step"], f"no checklist: {r['step']}: {r['reason']}"
-        elif r.get("has_checklist"):  # a checklist whose intent was lost by a later rewrite
-            step, reason = "intent", "no checklist: intent: no benign intent stored"
-        else:
-            step, reason = "not built", NO_CHECKLIST_YET
-        skipped[q.query_id] = reason
-        by_step[step] = by_step.get(step, 0) + 1
-    return ready, skipped, by_step
-
-
-def failure_line(wh, queries, ready, skipped: dict, by_status: dict, query_ids: list[str],
-                 targets: list[str]) -> str | None:
-    """Why the stage failed: it had queries but every one lacked its checklist because the
-    checklist stage's calls failed (the reasons are call errors), or it ran conversations and
-    none completed because their calls failed (target_error, simulator_error,
-    context_exceeded). None otherwise: queries skipped by a content decision (a guard verdict,
-    the misuse filter) or not built yet leave the stage with nothing to do, not failed."""
-    if queries and not ready:
-        reasons = [(r or "").removeprefix("no checklist: ").replace("no benign intent: ", "", 1)
-                   for r in skipped.values()]
-        return all_failed(len(queries), 0, reasons, every(len(queries), "query", "queries") + " skipped")
-    n = sum(by_status.values())
-    # Conversations the move checker excluded ran to their end: that is not a call failure.
-    if not n or by_status.get("completed", 0) or by_status.get("move_check_failed", 0):
-        return None
-    rows = wh.query("SELECT status, error FROM conversations WHERE list_contains(?, query_id) "
-                    "AND list_contains(?, target) AND status <> 'completed'", [query_ids, targets])
-    return all_failed(n, 0, [f"{r['status']}: {r['error']}" for r in rows],
-                      every(n, "conversation", "conversations") + " failed")

@@ -7,7 +7,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.episodes import run_work
-from tasks.engine.episode import episode_id
+from tasks.engine.episode import episode_id, stored_episode_ids
 from tasks.engine.stage import run_batches
 from tasks.engine.verdicts import judge_batch, merge, set_rows, spec_judges
 from tasks.progress import Progress
@@ -23,8 +23,7 @@ def run_episode_ids(ctx) -> list[str]:
     spec = ctx.config.spec
     _, work, _ = run_work(ctx)
     ids = [episode_id(spec.name, t.name, item.item_id, c.name, plan) for item, c, t, plan in work]
-    stored = {r["episode_id"] for r in ctx.warehouse.query(
-        "SELECT episode_id FROM episodes WHERE list_contains(?, episode_id)", [ids])}
+    stored = stored_episode_ids(ctx.warehouse, ids)
     return [i for i in ids if i in stored]
 
 

@@ -120,7 +120,8 @@ def test_empty_warehouse_has_notes_and_an_empty_figure(tmp_path):
 
 # ----- one population ----------------------------------------------------------------------------
 def test_only_checklisted_queries_enter_simulation(wh):
-    from flows.simulate import NO_CHECKLIST_YET, failure_line, select_checklisted
+    from tasks.simulate_plan import NO_CHECKLIST_YET, select_checklisted
+    from tasks.stage_errors import simulate_failure as failure_line
     from tasks.data import QueryRow
 
     wh.write("intents", [{"query_id": q, "intent": f"intent {q}", "oracle_prompt": f"oracle {q}",
@@ -145,7 +146,8 @@ def test_only_checklisted_queries_enter_simulation(wh):
 
 @pytest.mark.e2e
 def test_simulate_flow_skips_queries_without_checklist(prefect_harness, write_config, llm_server):
-    from flows.simulate import NO_CHECKLIST_YET, simulate_flow
+    from flows.simulate import simulate_flow
+    from tasks.simulate_plan import NO_CHECKLIST_YET
     from tasks.checklists import build_batch
     from tasks.data import run_queries
     from tasks.run import finish_run, open_run

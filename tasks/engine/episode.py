@@ -183,3 +183,9 @@ def merge_counts(parts: list[dict]) -> dict:
         term.update(p["termination"])
     return {"episodes": sum(p["episodes"] for p in parts), "turns": sum(p["turns"] for p in parts),
             "status": dict(status), "termination": dict(term)}
+
+
+def stored_episode_ids(wh, ids: list[str]) -> set[str]:
+    """Those of ``ids`` that have an ``episodes`` row."""
+    return {r["episode_id"] for r in wh.query(
+        "SELECT episode_id FROM episodes WHERE list_contains(?, episode_id)", [ids])}
