@@ -2,7 +2,7 @@
 
 Keys are never stored: ``api_key_for`` reads the variable an entry names (or CARRYON_API_KEY,
 the key of every entry) when a call is made; ``check_secrets`` fails before any work when a
-named variable is unset.
+named variable is unset, or a provider's own variable is (tasks/model_keys.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def api_key_for(spec) -> str | None:
 
 
 def check_secrets(cfg, roles: list[str]) -> None:
-    """Fail before any work if a named key variable is unset (the message names it)."""
+    """Fail before any work if a named key variable is unset, or an entry that names none
+    goes to a provider whose key litellm finds unset (tasks/model_keys.py); the one-line
+    message names the entry and the variable, never a value."""
     for role in roles:
         for spec in cfg.role_specs(role):
             if spec.api_key_env and not os.environ.get(spec.api_key_env) and not os.environ.get("CARRYON_API_KEY"):
@@ -38,3 +40,6 @@ def check_secrets(cfg, roles: list[str]) -> None:
                     f"{cfg.source_path or 'config'}: {spec.where} ({spec.model}): environment "
                     f"variable {spec.api_key_env} is not set"
                 )
+    from tasks.model_keys import check_provider_keys
+
+    check_provider_keys(cfg, roles)

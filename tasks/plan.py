@@ -21,6 +21,7 @@ from tasks.gateway.prices import MEMO_NAME, costs
 from tasks.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
+from tasks.model_keys import plan_warnings
 from tasks.roles import ROLE_TABLE, ROLES
 from tasks.data import select_queries
 from tasks.simulate import plan_calls
@@ -84,7 +85,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         from tasks.engine.plan import make_plan as episode_plan
 
         rows, notes = episode_plan(cfg, limit)
-        return rows, notes + reasoning_warnings(cfg)
+        return rows, notes + reasoning_warnings(cfg) + plan_warnings(cfg)
     queries = select_queries(cfg, limit)
     q = len(queries)
     ens = cfg.role_specs("ensemble")
@@ -155,7 +156,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
         notes.insert(4, f"move checker: one check per simulated user turn; resampling failing "
                         f"turns (max_resamples={rs['max_resamples']}) adds at most "
                         f"{rs['extra_calls_upper_bound']} simulator and checker calls.")
-    notes += reasoning_warnings(cfg)
+    notes += reasoning_warnings(cfg) + plan_warnings(cfg)
     return rows, notes
 
 
