@@ -160,19 +160,21 @@ def parse_reply(g: Graph, facet: str, text: str) -> tuple[str, ...] | None:
 def alias_correct(g: Graph, hidden: int, response: str) -> tuple[float, str]:
     """(1, "match") when the response names an alias of the hidden intent (normalised, whole
     tokens) and no answer of a competing intent outside it; (0, "competing") when it names
-    one (a list of every candidate is not an answer); else (0, "no_match")."""
-    own = sorted({normalize(a) for a in g.intents[hidden].aliases} - {""}, key=len, reverse=True)
-    rest = f" {normalize(response or '')} "
-    hit = False
-    for a in own:
-        if f" {a} " in rest:
-            hit = True
-            rest = rest.replace(f" {a} ", "  ")
+    one (a wrong pick, or a list of every candidate, which is not an answer); else
+    (0, "no_match"): it names no intent's answer (only then may an equivalence judge decide)."""
+    own = {normalize(a) for a in g.intents[hidden].aliases} - {""}
     competing = {normalize(a) for i, it in enumerate(g.intents) if i != hidden
-                 for a in it.aliases} - set(own) - {""}
-    if any(f" {a} " in f" {' '.join(rest.split())} " for a in competing):
+                 for a in it.aliases} - own - {""}
+    # Longest aliases first, each occurrence taken once: "Paris, Texas" is one answer, not
+    # "Paris" plus "Texas".
+    rest, named = f" {normalize(response or '')} ", set()
+    for a in sorted(own | competing, key=lambda x: (-len(x), x)):
+        if f" {a} " in rest:
+            named.add(a)
+            rest = rest.replace(f" {a} ", "  ")
+    if named & competing:
         return 0.0, "competing"
-    return (1.0, "match") if hit else (0.0, "no_match")
+    return (1.0, "match") if named & own else (0.0, "no_match")
 
 
 def answer_text(g: Graph, j: int) -> str:

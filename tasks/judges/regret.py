@@ -64,7 +64,7 @@ def facet_messages(item, question: str) -> list[dict]:
     g = Graph.from_hidden(item.hidden)
     token, safe = fence(cap(question))
     text = prompts.render(TEMPLATE, prompt=g.prompt, question=safe, question_token=token,
-                          facets=[{"name": f, "values": g.values(f)} for f in g.facets])
+                          facets=[{"name": f, "options": g.values(f)} for f in g.facets])
     return [{"role": "user", "content": text}]
 
 
