@@ -24,6 +24,7 @@ from tasks.data import DataError
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges.base import EmbedRequest, Measure, TurnView
+from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 from warehouse import Warehouse
 
 SPEC = load_spec("eyt")
@@ -300,6 +301,34 @@ def test_final_and_subjective_judges_read_the_whole_conversation():
     assert fin.verdicts(_turn(item, 1, [None], blocked=True, is_last=True), None)[0].value == 0.0
     subj = J.JUDGES["eyt_subjective"].request(last).messages[0]["content"]
     assert "Marisol" in subj and "persona_consistency" in subj
+
+
+def test_a_judge_embedding_request_goes_through_the_gateways_embed(gateway, llm_server):
+    """The engine's judge loop sends an EmbedRequest through tasks/gateway/embed.py (cached,
+    recorded under the judge's role) and hands the judge one vector per text."""
+    from tasks.judges.base import SpecKind
+    from tasks.judges.protocol import run_calls
+
+    item = LOAD(SAMPLE)[0]
+    turns = [_turn(item, 1, [_aside("plan a cheap weekend trip with her two teenagers")]),
+             _turn(item, 2, [_aside("x"), _aside("y")])]
+    kind = SpecKind(J.JUDGES["eyt_drift"], [spec_for(llm_server)], "set-1")
+    keys = [kind.add(kind.requests(t)) for t in turns]
+    asyncio.run(run_calls(gateway, [kind]))
+    for t, k in zip(turns, keys):
+        kind.turn_rows(t, k)
+    rows = {(r["model_turn"], r["measure"]): r["value"] for r in kind.rows}
+    assert rows[(1, "drift_latent")] == pytest.approx(0.0, abs=1e-12)  # the same text
+    latent2 = latent_at(item.hidden["trajectory"], 2)["intent"]
+    va, vb, vc = _vector("y"), _vector(latent2), _vector("x")
+    cos = lambda a, b: sum(p * q for p, q in zip(a, b)) / math.sqrt(  # noqa: E731
+        sum(p * p for p in a) * sum(q * q for q in b))
+    assert rows[(2, "drift_latent")] == pytest.approx(1 - cos(va, vb))
+    assert rows[(2, "drift_step")] == pytest.approx(1 - cos(va, vc))
+    assert rows[(1, "drift_step")] is None
+    assert llm_server.counts["embedder"] == 2
+    recorded = {r["role"] for r in gateway.drain_records()}
+    assert recorded == {"embedder"}
 
 
 # ----- views and metrics on hand-written rows -----------------------------------------------
