@@ -158,7 +158,8 @@ def _nemotron_rows(path: Path) -> list[dict]:
         try:
             table = pq.read_table(path)
         except Exception as e:  # noqa: BLE001 - any unreadable Parquet file is one line
-            raise DataError(f"{path}: cannot read the Parquet file ({' '.join(str(e).split())[:200]})") from None
+            why = " ".join(str(e).split())[:200]
+            raise DataError(f"{path}: cannot read the Parquet file ({why})") from None
         missing = [c for c in ("uuid", "persona") if c not in table.column_names]
         if missing:
             raise DataError(f"{path}: row 0: {missing[0]}: not a Nemotron-Personas-USA file (its "
