@@ -12,6 +12,7 @@ from tasks.report import figures as fg
 from tasks.report import figures_paper as fp
 from tasks.report import paper_analyses as pa
 from tasks.report.analyses import Stat
+from tasks.report.not_drawn import NotDrawn
 
 CONV_COLS = ["target", "query_id", "category", "condition", "turn1_utility", "turn1_harm", "utility",
              "harm_max", "harm_mean"]
@@ -233,11 +234,19 @@ def test_every_paper_figure_draws_labelled_axes_or_says_why(tmp_path, captured):
             assert ax.get_ylabel(), (name, "no y label")
         # a title on the figure or on its axes
         assert (fig._suptitle is not None and fig._suptitle.get_text()) or any(a.get_title() for a in fig.axes), name
-        # not computed: a placeholder PNG with the reason, never a crash
-        q = getattr(fp, name)(Stat(stat.title, None, "Not computed: nothing here.", key=name),
+        # not computed: no figure, the reason instead (tasks/report/not_drawn.py), never a crash
+        drawn = len(captured)
+        with pytest.raises(NotDrawn, match="Not computed: nothing here."):
+            getattr(fp, name)(Stat(stat.title, None, "Not computed: nothing here.", key=name),
                               tmp_path / f"{name}-none.png")
-        assert _png(q)
-        assert any("Not computed: nothing here." in t.get_text() for t in captured[-1].axes[0].texts)
+        assert len(captured) == drawn and not (tmp_path / f"{name}-none.png").exists()
+        # a table whose plotted values are all NULL: no empty axes either
+        nulls = stat.table.assign(**{c: math.nan for c in stat.table.columns
+                                     if c not in ("target", "move", "domain", "family", "turn_index",
+                                                  "condition", "n_queries", "n")})
+        with pytest.raises(NotDrawn):
+            getattr(fp, name)(Stat(stat.title, nulls, key=name, extra={}), tmp_path / f"{name}-nan.png")
+        assert len(captured) == drawn
 
 
 def test_turn1_bins_figure_has_a_harm_panel(tmp_path, captured):

@@ -4,7 +4,9 @@ cost next to nothing).
 
 A figure's key is a hash of its name, the inputs it is drawn from (tables without their row
 order), the source of the figure modules and matplotlib's version; the PNG is kept under ``<home>/reports/.figures/``.
-Inputs that cannot be pickled are drawn every time. A figure that fails is never kept."""
+Inputs that cannot be pickled are drawn every time. A figure that fails is never kept; one
+with nothing to show (``NotDrawn``) keeps its sentence (``<key>.why``), so a rerun says it again
+without importing matplotlib."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.report.not_drawn import NotDrawn
+
 
 @functools.lru_cache(maxsize=1)
 def _code_version() -> str:
@@ -25,7 +29,8 @@ def _code_version() -> str:
 
     h = hashlib.sha256(version("matplotlib").encode())
     here = Path(__file__).parent
-    for name in ("figures.py", "figures_paper.py", "construction.py", "figure_cache.py"):
+    for name in ("figures.py", "figures_paper.py", "construction.py", "figure_cache.py",
+                 "not_drawn.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -70,13 +75,29 @@ def draw_once(cache_dir: Path, name: str, inputs, draw, path: Path) -> Path:
     key = figure_key(name, inputs)
     if key is None:
         return draw(path)
-    kept = cache_dir / f"{key}.png"
+    kept, why = cache_dir / f"{key}.png", cache_dir / f"{key}.why"
     if kept.is_file():
         shutil.copyfile(kept, path)
         return path
-    out = draw(path)
+    if why.is_file():
+        raise NotDrawn(why.read_text(encoding="utf-8"))
+    try:
+        out = draw(path)
+    except NotDrawn as e:
+        _keep_text(why, e.why)
+        raise
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = kept.with_suffix(f".{os.getpid()}.tmp")
     shutil.copyfile(out, tmp)
     os.replace(tmp, kept)  # whole or not at all, also with two reports at once
     return out
+
+
+def _keep_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only folder: drawn (or not) again next time

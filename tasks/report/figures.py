@@ -1,4 +1,9 @@
-"""The report's figures (PNG, matplotlib Agg: no display on servers or in CI)."""
+"""The report's figures (PNG, matplotlib Agg: no display on servers or in CI).
+
+A figure with nothing to show (no rows, or every value it plots NULL) is not drawn: it raises
+``NotDrawn`` and the report says why in a sentence (tasks/report/not_drawn.py). Values that
+are missing stay missing in a drawn figure: no bar of 0, and a line breaks at an unscored turn
+instead of joining its neighbours."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tasks.report.analyses import Stat  # noqa: E402
+from tasks.report.not_drawn import NotDrawn, nothing_in  # noqa: E402
 
 COLORS = {"BC": "#1f77b4", "NC": "#d62728", "turn1": "#7f7f7f", "oracle": "#2ca02c"}
 
@@ -24,11 +30,36 @@ def _save(fig, path: Path) -> Path:
 
 
 def _empty(path: Path, title: str, why: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 2.5))
-    ax.axis("off")
-    ax.set_title(title)
-    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
-    return _save(fig, path)
+    """Nothing to draw: raise NotDrawn with the reason (the report prints it, no PNG)."""
+    raise NotDrawn(why)
+
+
+def _bars(ax, x, values: pd.Series, **kw) -> None:
+    """Bars for the known values only: a missing one is no bar (and no 0)."""
+    keep = [(xi, float(v)) for xi, v in zip(x, values) if pd.notna(v)]
+    if keep:
+        ax.bar([k[0] for k in keep], [k[1] for k in keep], **kw)
+    elif kw.get("label"):
+        ax.bar([], [], **kw)  # keep the legend entry
+
+
+def _series(g: pd.Series, lo: int, hi: int) -> pd.Series:
+    """A per-turn mean over every turn from ``lo`` to ``hi``: an unscored turn is NaN, which
+    matplotlib draws as a gap in the line."""
+    return g.reindex(range(lo, hi + 1))
+
+
+def _masked_cumulative(turns: pd.DataFrame, cumulative: pd.DataFrame) -> pd.DataFrame:
+    """Cumulative utility only at turns with a scored Ben-Util judgment: the view carries the
+    running sum over a turn where nothing was scored (0 at a first such turn), and a point
+    there would read as a measured utility."""
+    keys = ["conversation_id", "turn_index"]
+    if not set(keys) <= set(cumulative.columns) or not set(keys + ["utility"]) <= set(turns.columns):
+        return cumulative
+    scored = turns[keys + ["utility"]].drop_duplicates(keys)
+    c = cumulative.merge(scored, on=keys, how="left")
+    c["cum_utility"] = c["cum_utility"].where(c["utility"].notna())
+    return c.drop(columns=["utility"])
 
 
 HARMFUL_SCORE = 4  # harm >= 4 is harmful (the paper's boundary)
@@ -41,6 +72,11 @@ def utility_vs_harm(summary: pd.DataFrame, path: Path, harmful_score: int = HARM
     d = summary.dropna(subset=["turn1_utility", "turn1_harm", "bc_utility", "bc_harm"], how="all")
     if d.empty:
         return _empty(path, title, "no target has Turn-1 or BC scores")
+    # A point needs both coordinates: utility without harm (or harm without utility) is none.
+    if not ((d["turn1_utility"].notna() & d["turn1_harm"].notna())
+            | (d["bc_utility"].notna() & d["bc_harm"].notna())).any():
+        return _empty(path, title, "no target has both a utility and a harm score, at Turn 1 "
+                                   "or under BC")
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for _, r in d.iterrows():
         ax.scatter(r["turn1_utility"], r["turn1_harm"], color=COLORS["turn1"], zorder=3)
@@ -68,13 +104,16 @@ def turn_trends(turns: pd.DataFrame, cumulative: pd.DataFrame, path: Path) -> Pa
     t = turns[turns["condition"].isin(["BC", "NC"])]
     if t.empty:
         return _empty(path, title, "no BC/NC turns")
-    c = cumulative[cumulative["condition"].isin(["BC", "NC"])]
+    c = _masked_cumulative(t, cumulative[cumulative["condition"].isin(["BC", "NC"])])
+    if nothing_in(t, ["utility", "harm"]) and nothing_in(c, ["cum_utility"]):
+        return _empty(path, title, f"none of the {len(t)} BC/NC turns has a scored judgment")
+    lo, hi = int(t["turn_index"].min()), int(t["turn_index"].max())
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (df, col, label) in zip(axes, [(t, "utility", "turn utility (%)"), (t, "harm", "harm (1-5)"),
                                            (c, "cum_utility", "cumulative utility (%)")]):
         for cond in ("BC", "NC"):
-            g = df[df["condition"] == cond].groupby("turn_index")[col].mean().dropna()
-            if len(g):
+            g = _series(df[df["condition"] == cond].groupby("turn_index")[col].mean(), lo, hi)
+            if g.notna().any():
                 ax.plot(g.index, g.values, marker="o", color=COLORS[cond], label=cond)
         ax.set_xlabel("model turn")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -91,10 +130,12 @@ def redundancy_per_target(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return _empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, ["BC", "NC"]):
+        return _empty(path, stat.title, "no target has a BC or NC redundancy value")
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(d) + 2), 3.8))
     x = range(len(d))
-    ax.bar([i - 0.2 for i in x], d["BC"].fillna(0), width=0.4, color=COLORS["BC"], label="BC")
-    ax.bar([i + 0.2 for i in x], d["NC"].fillna(0), width=0.4, color=COLORS["NC"], label="NC")
+    _bars(ax, [i - 0.2 for i in x], d["BC"], width=0.4, color=COLORS["BC"], label="BC")
+    _bars(ax, [i + 0.2 for i in x], d["NC"], width=0.4, color=COLORS["NC"], label="NC")
     ax.set_xticks(list(x), d["target"].astype(str), rotation=20, ha="right")
     ax.set_ylabel("redundancy (%)")
     ax.set_title(stat.title)
@@ -106,6 +147,8 @@ def move_effects(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return _empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, ["utility_dev", "harm_dev"]):
+        return _empty(path, stat.title, "no move has a scored utility or harm deviation")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, col, label in ((axes[0], "utility", "utility deviation (points)"),
                            (axes[1], "harm", "harm deviation")):
@@ -123,6 +166,8 @@ def turn1_bins(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return _empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, [f"{w}_{k}" for w in ("turn1", "bc", "nc") for k in ("utility", "harm")]):
+        return _empty(path, stat.title, "no bin has a scored utility or harm")
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     x = range(len(d))
     for ax, what, ylabel in ((axes[0], "utility", "utility (%)"), (axes[1], "harm", "harm (1-5)")):
@@ -130,7 +175,7 @@ def turn1_bins(stat: Stat, path: Path) -> Path:
                                        (0.0, f"bc_{what}", COLORS["BC"], "BC"),
                                        (0.27, f"nc_{what}", COLORS["NC"], "NC")):
             vals = d[col] if col in d else pd.Series([float("nan")] * len(d))
-            ax.bar([i + off for i in x], vals.fillna(0), width=0.27, color=color, label=label)
+            _bars(ax, [i + off for i in x], vals, width=0.27, color=color, label=label)
         ax.set_xticks(list(x), [f"{b}\n(n={n})" for b, n in zip(d["bin"], d["n"])])
         ax.set_ylabel(ylabel)
         ax.legend()

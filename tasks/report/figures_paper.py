@@ -1,6 +1,7 @@
 """Figures for the paper's remaining outputs (PNG, matplotlib Agg), one per Stat of
-paper_analyses plus redundancy per turn. A Stat without a table gives a placeholder PNG that
-says why (figures._empty), never an empty or missing file."""
+paper_analyses plus redundancy per turn. A Stat without a table, or whose table holds no value
+to plot, is not drawn: the report says why in a sentence (figures._empty raises NotDrawn).
+Missing values are no bar and a gap in a line, never a 0."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from matplotlib.ticker import MaxNLocator
 from tasks.report.analyses import MOVES, Stat
 from tasks.report import figures as fg
 from tasks.report.figures import COLORS, plt
+from tasks.report.not_drawn import nothing_in
 from tasks.report.paper_analyses import CONDITION_LABELS, CONDITIONS
 
 
@@ -34,13 +36,15 @@ def domain_changes(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, [f"{c}_{w}_change" for c in ("bc", "nc", "oracle") for w in ("utility", "harm")]):
+        return fg._empty(path, stat.title, "no domain has a scored change from Turn 1")
     x = np.arange(len(d))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     for ax, what, label in ((axes[0], "utility", "utility change from Turn 1 (points)"),
                             (axes[1], "harm", "harm change from Turn 1 (1–5 scale)")):
         for off, cond in ((-0.2, "BC"), (0.2, "NC")):
-            ax.bar(x + off, d[f"{cond.lower()}_{what}_change"].fillna(0), width=0.4,
-                   color=COLORS[cond], label=cond)
+            fg._bars(ax, x + off, d[f"{cond.lower()}_{what}_change"], width=0.4,
+                     color=COLORS[cond], label=cond)
         labelled = False
         for i, v in enumerate(d[f"oracle_{what}_change"]):
             if pd.notna(v):
@@ -78,6 +82,8 @@ def move_effects_per_model(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, ["utility_dev", "harm_dev"]):
+        return fg._empty(path, stat.title, "no target has a scored deviation for any move")
     moves = [m for m in MOVES if m in set(d["move"])] + sorted(set(d["move"]) - set(MOVES))
     n_t = d["target"].nunique()
     fig, axes = plt.subplots(1, 2, figsize=(13, max(3.2, 0.45 * n_t + 2)))
@@ -96,16 +102,19 @@ def family_turn_trends(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.extra.get("per_turn", stat.table)
+    if nothing_in(d, ["utility", "harm"]):
+        return fg._empty(path, stat.title, "no family has a scored turn")
+    lo, hi = int(d["turn_index"].min()), int(d["turn_index"].max())
     fams = sorted(d["family"].unique())
     cmap = plt.get_cmap("tab10" if len(fams) <= 10 else "tab20")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
     for ax, col, label in ((axes[0], "utility", "turn utility (%)"), (axes[1], "harm", "harm (1–5)")):
         for i, fam in enumerate(fams):
             for cond, style in (("BC", "-"), ("NC", "--")):
-                g = d[(d["family"] == fam) & (d["condition"] == cond)].sort_values("turn_index")
-                g = g.dropna(subset=[col])
-                if len(g):
-                    ax.plot(g["turn_index"], g[col], style, marker="o", color=cmap(i % cmap.N))
+                g = fg._series(d[(d["family"] == fam) & (d["condition"] == cond)]
+                               .groupby("turn_index")[col].mean(), lo, hi)
+                if g.notna().any():  # an unscored turn is a gap in the line
+                    ax.plot(g.index, g.values, style, marker="o", color=cmap(i % cmap.N))
         ax.set_xlabel("model turn")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(label)
@@ -125,6 +134,8 @@ def ranking_comparison(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, [f"{c}_{w}_rank" for c in CONDITIONS for w in ("utility", "harm")]):
+        return fg._empty(path, stat.title, "no target has a rank in any condition")
     n = len(d)
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     fig, axes = plt.subplots(1, 2, figsize=(13, max(4, 0.35 * n + 2.5)))
@@ -158,10 +169,12 @@ def oracle_vs_bc(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.table
+    if nothing_in(d, ["oracle_utility", "bc_utility"]):
+        return fg._empty(path, stat.title, "no target has a scored oracle or BC utility")
     x = np.arange(len(d))
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d) + 2.5), 4.4))
-    ax.bar(x - 0.2, d["oracle_utility"].fillna(0), width=0.4, color=COLORS["oracle"], label="Oracle")
-    ax.bar(x + 0.2, d["bc_utility"].fillna(0), width=0.4, color=COLORS["BC"], label="BC")
+    fg._bars(ax, x - 0.2, d["oracle_utility"], width=0.4, color=COLORS["oracle"], label="Oracle")
+    fg._bars(ax, x + 0.2, d["bc_utility"], width=0.4, color=COLORS["BC"], label="BC")
     for i, (b, o, pct) in enumerate(zip(d["bc_utility"], d["oracle_utility"], d["bc_over_oracle_pct"])):
         if pd.notna(pct):
             top = max(v for v in (b, o) if pd.notna(v))
@@ -179,11 +192,14 @@ def redundancy_per_turn(stat: Stat, path: Path) -> Path:
     if stat.table is None:
         return fg._empty(path, stat.title, stat.note)
     d = stat.table.sort_values("turn_index")
+    if nothing_in(d, ["BC", "NC"]):
+        return fg._empty(path, stat.title, "no turn has a BC or NC redundancy value")
+    lo, hi = int(d["turn_index"].min()), int(d["turn_index"].max())
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for cond in ("BC", "NC"):
-        g = d.dropna(subset=[cond])
-        if len(g):
-            ax.plot(g["turn_index"], g[cond], marker="o", color=COLORS[cond], label=cond)
+        g = fg._series(d.groupby("turn_index")[cond].mean(), lo, hi) if cond in d else None
+        if g is not None and g.notna().any():  # a turn without a value is a gap
+            ax.plot(g.index, g.values, marker="o", color=COLORS[cond], label=cond)
     ax.set_xlabel("model turn")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("redundancy (%)")

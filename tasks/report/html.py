@@ -9,11 +9,11 @@ stray URL in model text cannot fetch anything."""
 
 from __future__ import annotations
 
-import base64
 import json
 from html import escape
 
 from tasks.report.analyses import Stat
+from tasks.report.not_drawn import figure_html
 from tasks.report import paper_compare as pc
 from tasks.report.markdown import (
     SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, run_line, table2_frame, table_rows,
@@ -224,10 +224,7 @@ def render(rep, browser: dict) -> str:
                 "score; harm mean = mean of each conversation's mean turn score).</p>")
     body.append(_paper_section(rep.stats))
     body.append("<h2>Figures</h2>")
-    for title, path in rep.figures:
-        b64 = base64.b64encode(path.read_bytes()).decode("ascii")
-        body.append(f'<figure><img alt="{escape(title)}" src="data:image/png;base64,{b64}">'
-                    f"<figcaption>{escape(title)}</figcaption></figure>")
+    body += [figure_html(title, path) for title, path in rep.figures]
     body += [f'<p class="note">{escape(p)}</p>' for p in getattr(rep, "problems", [])]
     body.append("<h2>Analyses</h2>")
     body += [_stat(s) for s in analysis_stats(rep.stats)]

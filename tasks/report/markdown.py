@@ -8,6 +8,7 @@ import pandas as pd
 
 from tasks.report import paper_compare as pc
 from tasks.report.analyses import Stat
+from tasks.report.not_drawn import figure_md
 
 RULES = [
     "Judgment sets: per query, the latest of each kind that judged it, unless `judgment_set_choice` names one "
@@ -189,7 +190,7 @@ def render(rep) -> str:
     out += ["Utilities in %, harm on 1–5 (harm = mean of each conversation's max turn score; "
             "harm mean = mean of each conversation's mean turn score).", ""]
     out += paper_section(rep.stats)
-    out += ["## Figures", ""] + [f"![{title}]({path.name})" for title, path in rep.figures] + [""]
+    out += ["## Figures", ""] + [figure_md(title, path) for title, path in rep.figures] + [""]
     out += [f"_{p}_" for p in getattr(rep, "problems", [])] + ([""] if getattr(rep, "problems", []) else [])
     out += ["## Analyses", ""] + [stat_md(s) for s in analysis_stats(rep.stats)]
     out += validation_lines(d)

@@ -21,6 +21,7 @@ from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
 from tasks.report.data import ReportData, ReportError, browser_data, find_run, load
 from tasks.report.figure_cache import draw_once
+from tasks.report.not_drawn import NotDrawn
 from tasks.report.stats_cache import stats_once
 from tasks.report.folder import atomic_folder
 from warehouse import Warehouse
@@ -204,8 +205,9 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
              problems: list[str] | None = None, harmful_score: int = fm.FailureRules.harmful_score,
              cache_dir: Path | None = None) -> list[tuple[str, Path]]:
     """Draw every figure (or copy it from ``cache_dir``, drawn before from the same inputs:
-    figure_cache.py); one that fails on unforeseen data becomes a placeholder saying so (and a
-    line in ``problems``), never a lost report."""
+    figure_cache.py). A figure with nothing to show is ``(caption, NotDrawn(why))``, a sentence
+    in the report instead of empty axes (not_drawn.py); one that fails on unforeseen data is
+    the same, saying so (and a line in ``problems``), never a lost report."""
     cache_dir = cache_dir or folder.parent / ".figures"
     # name -> (the inputs it is drawn from, the drawing): the inputs key the figure cache
     paper = ("redundancy_per_turn", "domain_changes", "move_effects_per_model",
@@ -233,6 +235,8 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
         inputs, drawing = draw[name]
         try:
             out.append((caption, draw_once(cache_dir, name, inputs, drawing, path)))
+        except NotDrawn as e:
+            out.append((caption, e))
         except Exception as e:  # noqa: BLE001
             log.exception("report figure %s failed", name)
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -241,7 +245,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
             import matplotlib.pyplot as plt
 
             plt.close("all")
-            out.append((caption, fg()._empty(path, caption, f"{FIGURE_FAILED}: {why}")))
+            out.append((caption, NotDrawn(f"{FIGURE_FAILED}: {why}")))
     return out
 
 
@@ -282,7 +286,7 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
         with wh.connect(read_only=True):
             browser = browser_data(wh, max_conversations)
         (tmp / "report.html").write_text(html_mod.render(rep, browser), encoding="utf-8")
-    rep.figures = [(t, final / p.name) for t, p in rep.figures]
+    rep.figures = [(t, p if isinstance(p, NotDrawn) else final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
 
