@@ -6,6 +6,13 @@ model takes minutes), so besides the line printed when work advances, a heartbea
 stage's state at least every ``HEARTBEAT_S`` seconds while the stage is open, with what the
 model gateway has done meanwhile (``set_activity``: the run registers its gateway's counters).
 The heartbeat runs on the stage's event loop (``call_later``), so it can never outlive it.
+
+A stage's unit (a query, a conversation) is counted when its batch ends, and one batch may be
+the whole stage (the demo's one query): the headline count would sit at 0 for minutes. So each
+line also carries the model calls the stage has resolved so far (answered, from the cache, or
+failed: ``set_calls``, the run's gateway counters read at the stage's start and since), which
+moves with every call. Lines stay rate-limited: at most one per ``every_s`` as units finish,
+and a heartbeat only when nothing was printed for ``heartbeat_s``.
 """
 
 from __future__ import annotations
@@ -17,12 +24,38 @@ from typing import Callable
 
 HEARTBEAT_S = 8.0  # at least one line this often (the demo promises one every 10 s)
 _activity: Callable[[], str] | None = None
+_calls: Callable[[], tuple[int, int]] | None = None
 
 
 def set_activity(fn: Callable[[], str] | None) -> None:
     """Register a one-line summary of ongoing work (e.g. the gateway's calls so far)."""
     global _activity
     _activity = fn
+
+
+def set_calls(fn: Callable[[], tuple[int, int]] | None) -> None:
+    """Register ``() -> (calls resolved so far, calls in flight)`` (e.g. ``gateway_calls``)."""
+    global _calls
+    _calls = fn
+
+
+def gateway_calls(gw) -> tuple[int, int]:
+    """A gateway's calls resolved so far (answered once, whatever its retries; from the
+    cache; a remembered failure) and in flight, from its per-role counters."""
+    done = 0
+    for st in list(getattr(gw, "stats", {}).values()):
+        done += (getattr(st, "requests", 0) - getattr(st, "retries", 0) + getattr(st, "hits", 0)
+                 + getattr(st, "remembered", 0))
+    return done, len(getattr(gw, "_inflight", ()) or ())
+
+
+def _read_calls() -> tuple[int, int] | None:
+    if _calls is None:
+        return None
+    try:
+        return _calls()
+    except Exception:  # progress lines must never fail a stage
+        return None
 
 
 class Progress:
@@ -36,6 +69,9 @@ class Progress:
         self._artifact = None
         self._timer = None
         self._closed = False
+        # The run's counters when the stage began; a counter registered later (the run's
+        # gateway opened inside the stage) starts from 0.
+        self._calls_fn, self._calls0 = _calls, _read_calls()
         # The UI's progress artifact is created at the first update after the start, at that
         # moment's percentage: a stage done within ``every_s`` (every stage of a cached rerun)
         # costs one API call instead of three (each builds a Prefect client, ~50 ms).
@@ -82,7 +118,11 @@ class Progress:
         self._last = time.monotonic()
         elapsed = self._last - self._t0
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        line = f"[{self.stage}] {self.done}/{self.total} {self.unit} ({pct:.0f}%, {elapsed:.0f} s"
+        line = f"[{self.stage}] {self.done}/{self.total} {self.unit}"
+        calls = self.calls_line() if not started else ""
+        if calls:
+            line += f", {calls}"
+        line += f" ({pct:.0f}%, {elapsed:.0f} s"
         if self.done and not started:
             line += f", {self.done / max(1e-9, elapsed):.2f}/s"
         line += ")"
@@ -94,6 +134,15 @@ class Progress:
         print(line, file=sys.stderr, flush=True)
         if not started:
             self._publish(pct)
+
+    def calls_line(self) -> str:
+        """"N model calls done (+M in flight)" since the stage began; "" when not known."""
+        now = _read_calls()
+        if now is None:
+            return ""
+        base = self._calls0 if (_calls is self._calls_fn and self._calls0) else (0, 0)
+        done = max(0, now[0] - base[0])
+        return f"{done} model calls done" + (f" (+{now[1]} in flight)" if now[1] else "")
 
     def _publish(self, pct: float) -> None:
         if not self._in_flow_run:

@@ -59,9 +59,11 @@ class RunContext:
             self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway,
                                     shards=self.shard_count)
             self._gateway.batch_store = self.warehouse  # batch mode records its batches here
-            from tasks.progress import set_activity
+            from tasks.progress import gateway_calls, set_activity, set_calls
 
             set_activity(self._gateway.activity)  # heartbeat lines say what the models did
+            gw = self._gateway
+            set_calls(lambda: gateway_calls(gw))  # and the count moves within a stage
         return self._gateway
 
     def flush_calls(self) -> int:
@@ -236,6 +238,9 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
         preflight(cfg, selected, limit)
     check_home(cfg.home_path)
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
+    from tasks import untrusted
+
+    untrusted.configure(cfg.limits)  # the per-turn cap on model text in prompts, for this run
     run_id = new_run_id(cfg)
     mark_interrupted(wh, run_id)  # rows left 'running' by a process that is gone
     wh.write_many([("runs", [{
