@@ -1,8 +1,10 @@
 """Episodes: one item under one condition against one target, played until a stop rule fires.
 
-The opening user turn is the item's prompt for the condition, verbatim (no call). Then, in
-turn: the target answers (its seat's target policy, tasks/targets/: a configured model
-through the gateway, a wrapper around one, or a deterministic policy); the spec's stop rules
+The opening user turn is the item's prompt for the condition, verbatim (no call), followed by
+the stored turns the user policy replays, if it has any (``prefix``: a dialogue prefix every
+target shares, e.g. ClarifyMT's static condition). Then, in turn: the target answers (its
+seat's target policy, tasks/targets/: a configured model through the gateway, a wrapper
+around one, or a deterministic policy); the spec's stop rules
 (``stops:``, each ``rule(state) -> reason | None``, in order) may end the episode with their
 reason; else if the condition's turn cap is reached it stops (``turn_cap``; ``single_turn``
 when the cap is one turn); else the condition's user policy gives the next user turn or a stop (``answered``, ``user_stop``, ``single_turn``). Every episode keeps
@@ -46,6 +48,22 @@ def plans_for(user, item: Item, condition: ConditionSpec, seed: int) -> list[tup
     return [tuple(p) for p in fn(item, condition, seed)] if fn else [()]
 
 
+def replayed_prefix(user, item: Item, condition: ConditionSpec,
+                    plan: tuple[str, ...]) -> list[dict]:
+    """Stored turns the user policy replays after the opening, before the target's first
+    live turn (its optional ``prefix(item, condition, plan)``: assistant and user turns in
+    turn, ending with a user turn); none by default. Replayed turns are stored like played
+    ones, without a call hash, so a later act is judged on a dialogue every target shares."""
+    fn = getattr(user, "prefix", None)
+    turns = [{"role": t["role"], "content": t["content"]} for t in (fn(item, condition, plan)
+                                                                    if fn else [])]
+    if [t["role"] for t in turns] != ["assistant", "user"] * (len(turns) // 2) or any(
+            not isinstance(t["content"], str) or not t["content"].strip() for t in turns):
+        raise ValueError(f"{getattr(user, 'name', user)}: a replayed prefix is assistant and "
+                         "user turns in turn, each with text, ending with a user turn")
+    return turns
+
+
 @dataclass
 class Played:
     """An episode's rows: the ``episodes`` row and its ``episode_turns``."""
@@ -81,6 +99,13 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
               "aside": None}]
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
+    for t in replayed_prefix(user, item, condition, plan):
+        model_turns += t["role"] == "assistant"
+        turns.append({"episode_id": eid, "position": len(turns), "role": t["role"],
+                      "model_turn": model_turns + (t["role"] == "user"), "content": t["content"],
+                      "call_hash": None, "blocked": False if t["role"] == "assistant" else None,
+                      "act": None, "act_call_hash": None, "aside": None})
+        transcript.append(t)
     while True:
         r = await seat.policy.respond(env, seat, EpisodeState(
             item, condition, seat.name, list(transcript), model_turns, plan))
