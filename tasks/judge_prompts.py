@@ -17,6 +17,7 @@ import unicodedata
 from pydantic import BaseModel, Field
 
 import prompts
+from prompts import fence, text_hash  # noqa: F401  (the one fence rule; imported from here)
 
 BENUTIL_TEMPLATE = "judge/benutil.j2"
 SAFETY_TEMPLATE = "judge/safety.j2"
@@ -59,21 +60,6 @@ def evidence_in_response(evidence: str, response: str) -> bool:
     parts = [p.strip(_EDGE) for p in _ELLIPSIS.split(_normalise(evidence))]
     parts = [p for p in parts if p]
     return bool(parts) and all(p in body for p in parts)
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def fence(text: str) -> tuple[str, str]:
-    """(token, safe_text): a boundary token for ``text`` and the text with the token removed.
-
-    The token is a hash of the original text, so writing a matching END line would need a
-    text that contains its own hash. Removing stray occurrences covers the rest; the
-    replacement holds no hex digit, so it cannot form a new occurrence with its neighbours.
-    """
-    token = "T" + text_hash(text)[:20].upper()
-    return token, text.replace(token, "[token removed]")
 
 
 def prompt_version() -> str:

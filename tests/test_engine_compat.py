@@ -1,18 +1,21 @@
-"""A home written before the benchmark spec and the episode engine existed reruns with 0
-requests and identical views.
+"""Homes written by earlier code rerun under today's.
 
-``tests/fixtures/pre_engine/`` holds such a home (warehouse + response cache, written by
-``carryon run --config tests/fixtures/pre_engine/config.yaml`` at commit 5b0e871 against the
-loopback server on port 18791: 2 sample queries, 2 targets, lengths 4 and 6), the config,
-and every view's rows as that version computed them (``views.json``). The cache key holds
-the api_base, so the server must listen on the same port.
+``tests/fixtures/compat_home/`` holds one home in which the three shipped benchmarks ran
+(CarryOnBench, clarify, OpenSafeIntent), its configs and every view's rows as the code that
+wrote it computed them; its ``make.py`` writes it again from any checkout. Rerun under
+today's code it must send 0 requests and give identical rows in every view: the gate for any
+change of the engine, the warehouse or the report.
 
-``tests/fixtures/sister_homes/`` holds a home of the sister benchmarks (clarify and
-OpenSafeIntent) written before the component registry, with its configs and views; its
-``make.py`` writes it again from any checkout.
+``tests/fixtures/pre_engine/`` holds an older home (CarryOnBench only, written at commit
+5b0e871, before the benchmark spec and the episode engine: an older warehouse schema and a
+cache of pickled values), against the loopback server on port 18791. Its cache is converted
+first, as the README tells a user to (``carryon cache convert``). Its prompts predate the
+fences around model-written text, a change of rule made on purpose: the calls whose prompts
+show no model-written text (the ensemble's answers, the targets' answers to the query and to
+the oracle prompt) still come from its cache, the others are sent once more, and a second
+rerun sends nothing.
 
-Both caches were written when values were pickles: each test converts its copy first, as the
-README tells a user to (``carryon cache convert``), and the rerun then needs nothing else.
+The cache key holds the api_base, so each rerun's server listens on its fixture's port.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "pre_engine"
 PORT = 18791  # the port the fixture's cache keys were made with
 # config_hash of the fixture's config before the spec existed (run ids embed it).
 PRE_ENGINE_CONFIG_HASH = "931e92e2b22e051a"
+COMPAT = Path(__file__).parent / "fixtures" / "compat_home"
+COMPAT_PORT = 18792  # tests/fixtures/compat_home/make.py's
+BENCHMARKS = ("carryon", "clarify", "opensafeintent")
 
 
 def _views(wh, names) -> dict:
@@ -48,18 +54,26 @@ def _views(wh, names) -> dict:
     return out
 
 
-@pytest.fixture
-def old_home(tmp_path):
+def _home(tmp_path, tarball: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir()
-    with tarfile.open(FIXTURE / "home.tar.gz") as tar:
+    with tarfile.open(tarball) as tar:
         tar.extractall(home, filter="data")
-    assert convert_legacy(home / "cache") > 0  # its answers were pickles
-    cfg = yaml.safe_load((FIXTURE / "config.yaml").read_text())
+    return home
+
+
+def _config(tmp_path, source: Path, home: Path, name: str = "config.yaml") -> Path:
+    cfg = yaml.safe_load(source.read_text())
     cfg["home"] = str(home)
-    path = tmp_path / "config.yaml"
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(cfg))
-    return home, path
+    return path
+
+
+@pytest.fixture
+def compat_home(tmp_path):
+    home = _home(tmp_path, COMPAT / "home.tar.gz")
+    return home, {b: _config(tmp_path, COMPAT / f"{b}.yaml", home, f"{b}.yaml") for b in BENCHMARKS}
 
 
 def test_config_hash_unchanged_by_the_spec():
@@ -74,9 +88,8 @@ def test_config_hash_unchanged_by_the_spec():
     assert load_config(root / "configs" / "paper.yaml").config_hash() == "2df518ad3866e659"
 
 
-def _rerun(path: Path, port: int = PORT) -> dict:
-    """Run the config against the loopback server on the fixture's port; assert it sent
-    nothing (every answer from the fixture's cache)."""
+def _run(path: Path, port: int) -> tuple[dict, dict]:
+    """Run the config against the loopback server on ``port``: (summary, requests by role)."""
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", port)) == 0:
             pytest.fail(f"port {port} is taken: this test's cache keys need the loopback server there")
@@ -85,29 +98,39 @@ def _rerun(path: Path, port: int = PORT) -> dict:
         summary = asyncio.run(carryon(config=str(path)))
     finally:
         server.stop()
-    assert server.counts["total"] == 0 and summary["requests"] == 0
+    return summary, dict(server.counts)
+
+
+def _rerun(path: Path, port: int = COMPAT_PORT) -> dict:
+    """Rerun and assert it sent nothing (every answer from the home's cache)."""
+    summary, counts = _run(path, port)
+    assert counts.get("total", 0) == 0 and summary["requests"] == 0, counts
     return summary
 
 
-def test_pre_engine_home_reruns_with_zero_requests_and_identical_views(prefect_harness, old_home):
-    home, path = old_home
-    expected = json.loads((FIXTURE / "views.json").read_text())
-    summary = _rerun(path)
-    assert summary["cache_hits"] > 0
-    wh = Warehouse(home / "warehouse.duckdb")
-    got = _views(wh, sorted(expected))
+def test_home_of_the_three_benchmarks_reruns_with_zero_requests_and_identical_views(
+        prefect_harness, compat_home):
+    home, paths = compat_home
+    for bench in BENCHMARKS:
+        assert _rerun(paths[bench])["cache_hits"] > 0, bench
+    expected = json.loads((COMPAT / "views.json").read_text())
+    got = _views(Warehouse(home / "warehouse.duckdb"), sorted(expected))
+    assert {v for v in expected if expected[v]} >= {
+        "model_summary", "conversation_scores", "turn_scores", "clarify_summary", "osi_summary",
+        "episode_verdicts"}
     for name in sorted(expected):
-        assert got[name] == expected[name], f"view {name} changed on the pre-engine home"
+        assert got[name] == expected[name], f"view {name} changed on the compatibility home"
 
 
 RENAMED = {"BC": "clarify", "NC": "plain", "oracle": "informed"}
 
 
-def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tmp_path):
+def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, compat_home, tmp_path):
     # Conditions are data: a CarryOnBench spec that names its conditions otherwise reruns the
     # same home from the cache (ids and sample keys never hold a condition's name), stores
     # the spec's names, and the views give the same numbers under them.
-    home, path = old_home
+    home, paths = compat_home
+    path = paths["carryon"]
     spec = yaml.safe_load((Path(__file__).parent.parent / "tasks" / "benchmarks" / "carryon" / "spec.yaml")
                           .read_text())
     for c in spec["conditions"]:
@@ -117,7 +140,7 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tm
     cfg = yaml.safe_load(path.read_text())
     cfg["benchmark"] = str(spec_file)
     path.write_text(yaml.safe_dump(cfg))
-    expected = json.loads((FIXTURE / "views.json").read_text())
+    expected = json.loads((COMPAT / "views.json").read_text())
     _rerun(path)
     wh = Warehouse(home / "warehouse.duckdb")
     assert {r["condition"] for r in wh.query("SELECT DISTINCT condition FROM conversations")} \
@@ -138,31 +161,24 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, old_home, tm
     assert "the spec's `clarify` is BC" in text
 
 
-SISTERS = Path(__file__).parent / "fixtures" / "sister_homes"
-SISTERS_PORT = 18792  # tests/fixtures/sister_homes/make.py's
-
-
-def test_sister_benchmarks_home_reruns_with_zero_requests_and_identical_views(prefect_harness,
-                                                                               tmp_path):
-    # clarify and OpenSafeIntent, run into one home by the code before the component
-    # registry, target policies and benchmark folders (tests/fixtures/sister_homes/make.py):
-    # rerun under today's code, every call comes from the cache and every view (the engine's,
-    # clarify_*, osi_*, and CarryOnBench's, empty here) holds the same rows.
-    home = tmp_path / "home"
-    home.mkdir()
-    with tarfile.open(SISTERS / "home.tar.gz") as tar:
-        tar.extractall(home, filter="data")
-    convert_legacy(home / "cache")  # a no-op once make.py has rewritten it with JSON values
-    for bench in ("clarify", "opensafeintent"):
-        cfg = yaml.safe_load((SISTERS / f"{bench}.yaml").read_text())
-        cfg["home"] = str(home)
-        path = tmp_path / f"{bench}.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        summary = _rerun(path, SISTERS_PORT)
-        assert summary["cache_hits"] > 0, bench
-    expected = json.loads((SISTERS / "views.json").read_text())
-    got = _views(Warehouse(home / "warehouse.duckdb"), sorted(expected))
-    assert {v for v in expected if expected[v]} >= {"clarify_summary", "osi_summary",
-                                                     "episode_verdicts"}
-    for name in sorted(expected):
-        assert got[name] == expected[name], f"view {name} changed on the sister benchmarks' home"
+def test_pre_engine_home_converts_and_keeps_the_answers_its_prompts_still_ask_for(
+        prefect_harness, tmp_path):
+    home = _home(tmp_path, FIXTURE / "home.tar.gz")
+    assert convert_legacy(home / "cache") > 0  # its answers were pickles
+    path = _config(tmp_path, FIXTURE / "config.yaml", home)
+    wh = Warehouse(home / "warehouse.duckdb")
+    before = wh.query("SELECT count(*) AS n FROM conversations")[0]["n"]
+    summary, counts = _run(path, PORT)
+    # Unchanged prompts: the ensemble's answers and the targets' answers to the query and to
+    # the oracle prompt (their first turns) are read from the old cache.
+    assert counts.get("ensemble", 0) == 0, counts
+    assert summary["cache_hits"] > 0
+    targets = wh.query("SELECT count(*) AS n, count(*) FILTER (WHERE cache_hit) AS hits "
+                       "FROM llm_calls WHERE role = 'targets' AND run_id = ?",
+                       [summary["run_id"]])[0]
+    assert targets["hits"] > 0 and targets["hits"] < targets["n"]
+    # The prompts that now fence model-written text were sent again, once.
+    assert counts.get("user_simulator", 0) > 0 and counts.get("benutil_judge", 0) > 0
+    assert wh.query("SELECT count(*) AS n FROM conversations")[0]["n"] == before
+    assert _views(wh, ["model_summary"])["model_summary"]
+    _rerun(path, PORT)

@@ -88,10 +88,14 @@ class PolicyEnv:
 _LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
 
 
+# A marker line of a fenced block (prompts.fenced) that a simulator copied from its prompt.
+_MARKER_LINE = re.compile(r"^[ \t]*<<<(?:BEGIN|END) [^\n]*>>>[ \t]*$\n?", re.M)
+
+
 def clean_user_turn(text: str) -> str:
-    """Drop a speaker label or wrapping quotes a simulator sometimes adds despite the rules;
-    nothing else is changed."""
-    t = text.strip()
+    """Drop a speaker label, wrapping quotes or fence marker lines a simulator sometimes
+    copies despite the rules; nothing else is changed."""
+    t = _MARKER_LINE.sub("", text).strip()
     m = _LABEL.match(t)
     if m and m.group(1).strip().endswith((":", "]")):
         t = t[m.end():].strip()
