@@ -42,3 +42,12 @@ def test_a_failed_embedding_is_data_and_not_cached(gateway, llm_server):
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="non-empty"):
         asyncio.run(embed(None, None, "embedder", []))
+
+
+def test_per_token_vectors_are_mean_pooled_and_junk_is_refused():
+    from tasks.gateway.embed import pooled
+
+    assert pooled([1, 2.5]) == [1.0, 2.5]
+    assert pooled([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]]) == [3.0, 2.0]  # by hand: means per column
+    for junk in ([], None, [[1.0], [1.0, 2.0]], [True, 1.0], [[1.0], "x"], [[]], "1,2"):
+        assert pooled(junk) is None, junk

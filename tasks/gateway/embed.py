@@ -6,7 +6,8 @@ one vector per text (``content`` is the same list as JSON, which is what the cac
 The key holds the model, the normalised api_base, the texts and a format tag: generation
 parameters (temperature, max_tokens) do not shape an embedding and are left out. A rerun of
 the same texts sends nothing; an error is never cached. For studies that measure drift in
-embedding space (e.g. an intent that moves over a conversation).
+embedding space (e.g. an intent that moves over a conversation). A server that answers one
+vector per token (llama.cpp without a pooling layer) is mean-pooled here (``pooled``).
 """
 
 from __future__ import annotations
@@ -95,17 +96,32 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
             return gw._fail(r, started, api_key, "api_error", e)
         break
     data = sorted(getattr(resp, "data", None) or [], key=lambda d: _get(d, "index") or 0)
-    vectors = [_get(d, "embedding") for d in data]
-    if len(vectors) != len(texts) or not all(isinstance(v, list) and v for v in vectors):
+    vectors = [pooled(_get(d, "embedding")) for d in data]
+    if len(vectors) != len(texts) or not all(vectors):
         return gw._fail(r, started, api_key, "invalid_output",
                         f"expected {len(texts)} embeddings, got {len(vectors)} usable")
     usage = getattr(resp, "usage", None)
     r.prompt_tokens = getattr(usage, "prompt_tokens", 0) or 0
     r.cost_usd = float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
-    r.vectors = [[float(x) for x in v] for v in vectors]
+    r.vectors = vectors
     r.content = json.dumps(r.vectors)
     r.latency_s = time.perf_counter() - started
     return r
+
+
+def pooled(v) -> list[float] | None:
+    """One text's vector: a flat list of numbers as it is; a list of equal-length per-token
+    vectors (what llama.cpp's server returns for a model without a pooling layer, such as
+    the local chat model) as their mean; anything else None (an invalid output)."""
+    if not isinstance(v, list) or not v:
+        return None
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return [float(x) for x in v]
+    if all(isinstance(t, list) and t and len(t) == len(v[0]) for t in v):
+        rows = [pooled(t) for t in v]
+        if all(rows):
+            return [sum(col) / len(rows) for col in zip(*rows)]
+    return None
 
 
 def _get(obj, name: str):
