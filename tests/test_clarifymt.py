@@ -563,3 +563,250 @@ def test_clarify_agent_perceives_tracks_plans_and_states_its_steps_aside():
     failed = _agent(AgentGateway(fail_step="SlotState"), _item())
     assert not failed.ok and failed.error_kind == "api_error" and failed.call_hash == "h-bad"
     assert clarify_agent.ClarifyAgent().calls(None) == {"targets": 3}
+
+
+# --------------------------------------------------------------------------- views
+
+T0 = dt.datetime(2026, 1, 1)
+KIND_SETS = {"act": "s-act", "reference": "s-ref", "clarifymt_question": "s-q",
+             "clarifymt_slots": "s-slot", "clarifymt_persona_check": "s-pc"}
+
+
+def _populated(tmp_path):
+    """One target "t"; items A (linguistic, persona P1, gold ask/answer/answer; its stored
+    prefix's gold ask/ask/answer), B (intent, P2, gold ask/ask/answer), U (unambiguous, P1,
+    gold answer). Per episode, its assistant turns: (depth, act, contains/f1/em, quality,
+    slot_recall):
+
+    e1 live A: d1 ask (q 4); d2 answer (contains 1, F1 .5, EM 0; slots .5)
+    e2 live B: d1 answer (0, 0, 0; slots 0)                      -> under-clarification
+    e3 live U: d1 ask (no quality: not ambiguous); d2 hedge (1, 1, 1)  -> over at d1
+    e4 live B: d1 ask (q 5), d2 ask (q 3), d3 ask (q unscored), d4 ask (not a question by
+               the question judge); turn cap                     -> over at d3, d4
+    e5 live A: d1 act unscored; d2 answer (reference unscored; slots unscored)
+    e6 live A: target_error                                        -> invisible
+    s1 static A depth 2: replayed ask (ignored), then answer (1, 1, 1; slots 1)  -> under
+    s2 static U depth 1: answer (0, 0, 0)
+    Persona check: e1 reply (P1) passes; e4 replies (P2): leaks, fails to realise, unscored.
+    """
+    wh = Warehouse(str(tmp_path / "wh.duckdb")).init()
+
+    def item(iid, dim, persona, gold, static_gold=None):
+        hidden = {"gold_acts": gold, **({"static_gold_acts": static_gold} if static_gold else {})}
+        return {"benchmark": "clarifymt", "item_id": iid, "source_row": 0, "prompts": "{}",
+                "hidden": json.dumps(hidden),
+                "meta": json.dumps({"ambiguous": dim != "none", "dimension": dim,
+                                    "persona": persona}), "run_id": None}
+
+    wh.write("bench_items", [item("A", "linguistic", "P1", ["ask", "answer", "answer"],
+                                  ["ask", "ask", "answer"]),
+                             item("B", "intent", "P2", ["ask", "ask", "answer"]),
+                             item("U", "none", "P1", ["answer"])])
+    eps = [("e1", "live", "A", "completed", 2), ("e2", "live", "B", "completed", 1),
+           ("e3", "live", "U", "completed", 2), ("e4", "live", "B", "completed", 4),
+           ("e5", "live", "A", "completed", 2), ("e6", "live", "A", "target_error", 1),
+           ("s1", "static_prefix", "A", "completed", 2), ("s2", "static_prefix", "U", "completed", 1)]
+    wh.write("episodes", [{"episode_id": e, "benchmark": "clarifymt", "item_id": i, "condition": c,
+                           "target": "t", "user_policy": "x", "status": s, "termination": "answered",
+                           "n_turns": 2 * n, "run_id": "r"} for e, c, i, s, n in eps])
+    turns = []
+    for e, _, _, _, n in eps:
+        for pos in range(2 * n):
+            turns.append({"episode_id": e, "position": pos, "role": "user" if pos % 2 == 0
+                          else "assistant", "model_turn": pos // 2 + 1, "content": "x"})
+    wh.write("episode_turns", turns)
+    wh.write("verdict_sets", [{"judgment_set_id": s, "benchmark": "clarifymt", "kind": k,
+                               "judge": None, "prompt_version": "v", "created": T0, "run_id": "r"}
+                              for k, s in KIND_SETS.items()])
+    v = []
+
+    def add(kind, ep, depth, measure, value, label=None):
+        v.append({"judgment_set_id": KIND_SETS[kind], "episode_id": ep, "position": 2 * depth - 1,
+                  "measure": measure, "kind": kind, "model_turn": depth, "value": value,
+                  "label": label, "reason": None})
+
+    def turn(ep, depth, act_label, ref=None, quality=None, slots=None):
+        add("act", ep, depth, "act", None if act_label is None else act.ACT_CODES[act_label],
+            act_label)
+        for m, x in zip(("contains", "token_f1", "exact_match"), ref or (0.0, 0.0, 0.0)):
+            add("reference", ep, depth, m, x)
+        if quality is not None:
+            add("clarifymt_question", ep, depth, "quality", *quality)
+        if slots is not None:  # "unscored": the slot judge's call failed
+            add("clarifymt_slots", ep, depth, "slot_recall", None if slots == "unscored" else slots)
+
+    Q_ = "clarifying_question"
+    turn("e1", 1, Q_, quality=(4.0,)); turn("e1", 2, "direct_answer", (1.0, 0.5, 0.0), slots=0.5)
+    turn("e2", 1, "direct_answer", (0.0, 0.0, 0.0), slots=0.0)
+    turn("e3", 1, Q_); turn("e3", 2, "hedge", (1.0, 1.0, 1.0))
+    turn("e4", 1, Q_, quality=(5.0,)); turn("e4", 2, Q_, quality=(3.0,))
+    turn("e4", 3, Q_, quality=(None,)); turn("e4", 4, Q_, quality=(None, "not_applicable"))
+    turn("e5", 1, None); turn("e5", 2, "direct_answer", (None, None, None), slots="unscored")
+    turn("e6", 1, "direct_answer", (1.0, 1.0, 1.0))
+    turn("s1", 1, Q_); turn("s1", 2, "direct_answer", (1.0, 1.0, 1.0), slots=1.0)
+    turn("s2", 1, "direct_answer", (0.0, 0.0, 0.0))
+    for ep, depth, vals in (("e1", 2, (1.0, 0.0, 1.0)), ("e4", 2, (1.0, 1.0, 0.0)),
+                            ("e4", 3, (0.0, 0.0, 0.0)), ("e4", 4, (None, None, None))):
+        for m, x in zip(("realises_persona", "leaks_unasked", "passed"), vals):
+            add("clarifymt_persona_check", ep, depth, m, x)
+    wh.write("verdicts", v)
+    return wh
+
+
+def _rows(wh, view, **where):
+    rows = wh.query(f"SELECT * FROM clarifymt_{view}")
+    return [r for r in rows if all(r[k] == x for k, x in where.items())]
+
+
+def _one(wh, view, **where):
+    [r] = _rows(wh, view, **where)
+    return r
+
+
+def test_turns_view_reads_gold_and_predicted_acts(tmp_path):
+    wh = _populated(tmp_path)
+    rows = {(r["episode_id"], r["depth"]): r for r in _rows(wh, "turns")}
+    assert len(rows) == 13  # 11 live turns (e6 failed), the last turn of each static episode
+    assert ("s1", 1) not in rows and "e6" not in {e for e, _ in rows}
+    assert (rows[("e4", 4)]["gold_act"], rows[("e4", 4)]["pred"]) == ("answer", "ask")  # last holds
+    assert rows[("s1", 2)]["gold_act"] == "ask"  # the prefix's own gold acts
+    assert rows[("e1", 2)]["gold_act"] == "answer" and rows[("e3", 2)]["pred"] == "answer"  # hedge
+    assert rows[("e5", 1)]["pred"] is None and rows[("s2", 1)]["mode"] == "static"
+
+
+def test_act_accuracy_by_depth_dimension_and_persona(tmp_path):
+    wh = _populated(tmp_path)
+    live = _one(wh, "act_accuracy", mode="live", depth=None, dimension="all", persona="all")
+    # judged 10 (e5 d1 unscored), correct: e1 d1 d2, e3 d2, e4 d1 d2, e5 d2 = 6
+    assert (live["n_turns"], live["n_act_unscored"], live["n_judged"], live["n_correct"]) == (11, 1, 10, 6)
+    assert live["accuracy"] == pytest.approx(0.6)
+    static = _one(wh, "act_accuracy", mode="static", depth=None, dimension="all", persona="all")
+    assert (static["n_judged"], static["accuracy"]) == (2, 0.5)
+    by_depth = {r["depth"]: (r["n_judged"], r["accuracy"]) for r in _rows(
+        wh, "act_accuracy", mode="live", dimension="all", persona="all") if r["depth"]}
+    assert by_depth == {1: (4, 0.5), 2: (4, 1.0), 3: (1, 0.0), 4: (1, 0.0)}
+    by_persona = {r["persona"]: r["accuracy"] for r in _rows(
+        wh, "act_accuracy", mode="live", depth=None, dimension="all") if r["persona"] != "all"}
+    assert by_persona == {"P1": pytest.approx(0.8), "P2": pytest.approx(0.4)}
+    cell_ = {(r["depth"], r["persona"]): (r["n_judged"], r["accuracy"]) for r in _rows(
+        wh, "act_accuracy", mode="live", dimension="all") if r["depth"] in (1, 2)
+        and r["persona"] != "all"}
+    assert cell_ == {(1, "P1"): (2, 0.5), (1, "P2"): (2, 0.5), (2, "P1"): (3, 1.0), (2, "P2"): (1, 1.0)}
+    by_dim = {r["dimension"]: r["accuracy"] for r in _rows(
+        wh, "act_accuracy", mode="live", depth=None, persona="all") if r["dimension"] != "all"}
+    assert by_dim == {"linguistic": 1.0, "intent": pytest.approx(0.4), "none": 0.5}
+    three = _one(wh, "act_accuracy", mode="live", depth=2, dimension="intent", persona="P2")
+    assert (three["n_judged"], three["accuracy"]) == (1, 1.0)
+
+
+def test_under_and_over_clarification(tmp_path):
+    wh = _populated(tmp_path)
+    live = _one(wh, "clarification", mode="live", depth=None, dimension="all", persona="all")
+    # gold ask, judged: e1 d1, e2 d1, e4 d1, e4 d2 -> answered: e2 d1 -> 1/4
+    assert (live["n_gold_ask"], live["n_under"], live["under_clarification"]) == (4, 1, 0.25)
+    # gold answer: e1 d2, e3 d1, e3 d2, e4 d3, e4 d4, e5 d2 -> asked: e3 d1, e4 d3, e4 d4 -> 3/6
+    assert (live["n_gold_answer"], live["n_over"], live["over_clarification"]) == (6, 3, 0.5)
+    static = _one(wh, "clarification", mode="static", depth=None, dimension="all", persona="all")
+    assert (static["under_clarification"], static["over_clarification"]) == (1.0, 0.0)
+    p1 = _one(wh, "clarification", mode="live", depth=None, dimension="all", persona="P1")
+    p2 = _one(wh, "clarification", mode="live", depth=None, dimension="all", persona="P2")
+    assert (p1["under_clarification"], p1["over_clarification"]) == (0.0, 0.25)
+    assert p2["under_clarification"] == pytest.approx(1 / 3) and p2["over_clarification"] == 1.0
+    d3 = _one(wh, "clarification", mode="live", depth=3, dimension="all", persona="all")
+    assert (d3["n_gold_ask"], d3["under_clarification"], d3["over_clarification"]) == (0, None, 1.0)
+
+
+def test_answer_accuracy_by_depth_and_persona(tmp_path):
+    wh = _populated(tmp_path)
+    live = _one(wh, "answers", mode="live", depth=None, persona="all")
+    # answer turns e1 d2 (1, .5, 0), e2 d1 (0, 0, 0), e3 d2 (1, 1, 1), e5 d2 (unscored)
+    assert (live["n_answers"], live["n_scored"], live["n_unscored"]) == (4, 3, 1)
+    assert live["contains"] == pytest.approx(2 / 3) and live["token_f1"] == pytest.approx(0.5)
+    assert live["exact_match"] == pytest.approx(1 / 3)
+    d2 = _one(wh, "answers", mode="live", depth=2, persona="all")
+    assert (d2["n_answers"], d2["contains"], d2["token_f1"], d2["exact_match"]) == (3, 1.0, 0.75, 0.5)
+    assert _one(wh, "answers", mode="live", depth=1, persona="all")["contains"] == 0.0
+    assert _one(wh, "answers", mode="live", depth=None, persona="P1")["contains"] == 1.0
+    assert _one(wh, "answers", mode="live", depth=2, persona="P1")["n_scored"] == 2
+    assert _one(wh, "answers", mode="live", depth=None, persona="P2")["contains"] == 0.0
+    assert _one(wh, "answers", mode="static", depth=None, persona="all")["contains"] == 0.5
+
+
+def test_slots_elicited_before_answering(tmp_path):
+    wh = _populated(tmp_path)
+    live = _one(wh, "slots", mode="live", persona="all")
+    # ambiguous answer turns: e1 .5, e2 0, e5 unscored
+    assert (live["n_answers"], live["n_scored"], live["n_unscored"]) == (3, 2, 1)
+    assert (live["slot_recall"], live["all_slots_rate"]) == (0.25, 0.0)
+    assert _one(wh, "slots", mode="live", persona="P1")["slot_recall"] == 0.5
+    assert _one(wh, "slots", mode="live", persona="P2")["slot_recall"] == 0.0
+    static = _one(wh, "slots", mode="static", persona="all")
+    assert (static["slot_recall"], static["all_slots_rate"]) == (1.0, 1.0)
+
+
+def test_turns_to_answer(tmp_path):
+    wh = _populated(tmp_path)
+    t = _one(wh, "turns_to_answer", persona="all")
+    # e1 at 2, e2 at 1, e3 at 2; e4 never answers; e5 has an unscored act
+    assert (t["n_episodes"], t["n_act_unscored"], t["n_answered"], t["n_no_answer"]) == (5, 1, 3, 1)
+    assert t["turns_to_answer"] == pytest.approx(5 / 3)
+    assert t["turns_to_answer_ambiguous"] == 1.5  # e1, e2
+    p1, p2 = _one(wh, "turns_to_answer", persona="P1"), _one(wh, "turns_to_answer", persona="P2")
+    assert (p1["n_answered"], p1["turns_to_answer"], p1["n_act_unscored"]) == (2, 2.0, 1)
+    assert (p2["n_answered"], p2["n_no_answer"], p2["turns_to_answer"]) == (1, 1, 1.0)
+
+
+def test_question_quality(tmp_path):
+    wh = _populated(tmp_path)
+    q = _one(wh, "question_quality", mode="live", persona="all")
+    # asking turns: e1 d1 (4), e3 d1 (not judged), e4 d1 (5), d2 (3), d3 (unscored), d4 (n/a)
+    assert (q["n_questions"], q["n_rated"], q["n_not_question"], q["n_unscored"]) == (6, 3, 1, 1)
+    assert q["quality"] == 4.0
+    p2 = _one(wh, "question_quality", mode="live", persona="P2")
+    assert (p2["n_questions"], p2["n_rated"], p2["quality"]) == (4, 2, 4.0)
+    assert not _rows(wh, "question_quality", mode="static")  # the replayed question is not the target's
+
+
+def test_persona_fidelity(tmp_path):
+    wh = _populated(tmp_path)
+    p1 = _one(wh, "persona_fidelity", target="t", persona="P1")
+    assert (p1["n_replies"], p1["n_checked"], p1["pass_rate"], p1["leak_rate"]) == (1, 1, 1.0, 0.0)
+    p2 = _one(wh, "persona_fidelity", target="t", persona="P2")
+    assert (p2["n_replies"], p2["n_checked"]) == (3, 2)
+    assert (p2["realises_rate"], p2["leak_rate"], p2["pass_rate"]) == (0.5, 0.5, 0.0)
+    assert _one(wh, "persona_fidelity", target="all", persona="P2")["pass_rate"] == 0.0
+
+
+def test_summary(tmp_path):
+    wh = _populated(tmp_path)
+    live, static = _one(wh, "summary", mode="live"), _one(wh, "summary", mode="static")
+    assert live["act_accuracy"] == pytest.approx(0.6) and live["n_act_unscored"] == 1
+    assert (live["under_clarification"], live["over_clarification"]) == (0.25, 0.5)
+    assert live["answer_contains"] == pytest.approx(2 / 3) and live["slot_recall"] == 0.25
+    assert (live["question_quality"], live["n_questions_rated"]) == (4.0, 3)
+    assert live["turns_to_answer"] == pytest.approx(5 / 3)
+    assert (static["act_accuracy"], static["answer_contains"], static["slot_recall"]) == (0.5, 0.5, 1.0)
+    assert static["question_quality"] is None and static["turns_to_answer"] is None
+
+
+# --------------------------------------------------------------------------- report section
+
+def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
+    spec = load_spec("clarifymt")
+    empty = Warehouse(str(tmp_path / "empty.duckdb")).init()
+    assert ClarifyMTSection()(empty, spec).startswith("Not computed:")
+    md = ClarifyMTSection()(_populated(tmp_path), spec)
+    assert ("| live (the persona user replies) | t | 60.0% (n=10) | 25.0% (n=4) | 50.0% (n=6) | "
+            "66.7% (n=3) | 25.0% (n=2) | 4.00 (n=3) | 1.67 | 1 |") in md
+    assert "| static prefix (stored dialogue) | t | 50.0% (n=2) |" in md
+    assert md.count("data:image/svg+xml;base64,") == 2  # the heat map of each mode
+    assert "| P1 | 50.0% (n=2) | 100.0% (n=3) | too few (n=0) | too few (n=0) |" in md
+    assert "| live | t | intent | 50.0% (n=2) | 100.0% (n=1) | 0.0% (n=1) | 0.0% (n=1) | 40.0% (n=5) |" in md
+    assert "| live | t | P2 | 33.3% (n=3) | 100.0% (n=2) |" in md
+    assert "| live | t | 2 | P1 | 100.0% (n=2) |" in md
+    assert "| t | P2 | 2 | 1.00 (n=1) | 1 | 0 |" in md
+    assert "| t | P2 | 50.0% (n=2) | 50.0% (n=2) | 0.0% (n=2) |" in md
+    (tmp_path / "b").mkdir()
+    strict = ClarifyMTSection(SimpleNamespace(min_n=3))(_populated(tmp_path / "b"), spec)
+    assert "| live | t | P2 | 33.3% (n=3) | too few (n=2) |" in strict
+    assert cell(None, 0, 1) == "too few (n=0)" and cell(0.5, 2, 1) == "50.0% (n=2)"
