@@ -649,3 +649,111 @@ def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
     md = sec.section(_populated(tmp_path, only={"E5"}), load_spec("regret"))
     assert "| m | cooperative | QA | 0 / 1 | n/a |" in md
     assert "No figure: no target has a scored episode yet" in md and "```" not in md
+
+
+# --------------------------------------------------------------------------- end to end
+
+def _fenced(text: str, label: str) -> str:
+    return text.split(f"<<<BEGIN {label}", 1)[1].split(">>>", 1)[1].split(f"<<<END {label}", 1)[0].strip()
+
+
+def _script(llm_server):
+    def target(body):  # asks book or film once, then picks by the reply
+        msgs = body["messages"]
+        if len(msgs) == 1:
+            return "Do you mean the book or the movie?"
+        return "Frank Herbert." if "novel" in msgs[-1]["content"] else "David Lynch."
+
+    def act_judge(body):
+        response = _fenced(body["messages"][-1]["content"], "RESPONSE")
+        label = "clarifying_question" if response.endswith("?") else "direct_answer"
+        return json.dumps({"reason": "r", "act": label, "on_target": None})
+
+    def facet_mapper(body):
+        q = _fenced(body["messages"][-1]["content"], "QUESTION")
+        facet = "medium" if "book or the movie" in q else q.split("Which ", 1)[1].split(" do you", 1)[0]
+        return json.dumps({"reason": "r", "facet": facet})
+
+    def simulator(body):
+        text = body["messages"][-1]["content"]
+        said = text.split("Say that it is ", 1)[1].split("\n", 1)[0]
+        values = said.split('"')[1::2]
+        assert "Herbert" not in text and "Lynch" not in text  # no answer reaches the user
+        return f"{values[0]} or maybe {values[1]}, not sure." if len(values) > 1 else f"It is {values[0]}."
+
+    llm_server.scripts.update({"targets": target, "act_judge": act_judge,
+                               "facet_mapper": facet_mapper, "user_simulator": simulator})
+
+
+@pytest.mark.slow  # the Prefect test server (prefect_harness): plan, run and report end to end
+def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    cfg = yaml.safe_load((ROOT / "configs" / "regret.yaml").read_text())
+    cfg["home"] = str(tmp_path / "home")
+    cfg["models"]["defaults"].update(api_base=llm_server.api_base, timeout_s=5, max_retries=2)
+    cfg["gateway"] = {**cfg.get("gateway", {}), "backoff_base_s": 0.01, "backoff_max_s": 0.1}
+    path = tmp_path / "regret.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    _script(llm_server)
+    runner = CliRunner()
+
+    r = runner.invoke(app, ["plan", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    # 6 items (Dune: 3 hidden intents x cooperative, vague) x 2 seats (the model, the
+    # planner). Upper bounds: the model answers at most 5 times in 6 episodes; the responder
+    # reads at most 4 turns of each of 12 episodes; the judges every turn (60), sharing the
+    # responder's requests.
+    assert "1 conditions, 2 target(s): 12 episodes" in r.output
+    calls = {line.split()[0]: int(line.split()[2]) for line in r.output.splitlines()
+             if line.split()[:1] in (["targets"], ["act_judge"], ["facet_mapper"], ["user_simulator"])}
+    assert calls == {"targets": 30, "act_judge": 60, "facet_mapper": 60, "user_simulator": 48}
+
+    r = runner.invoke(app, ["run", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
+    s = {(x["target"], x["behaviour"]): x for x in wh.query("SELECT * FROM regret_summary")}
+    model = "smollm2-135m"
+    # The model asks about the medium, then answers Herbert for "novel", Lynch otherwise.
+    # Cooperative: h0 novel -> right (R 0.8); h1 film -> Lynch, right (0.8) but with two films
+    # still possible (too early); h2 film -> Lynch, wrong (-0.2, too early). The planner asks
+    # the year and is right every time: R_ref 0.8, regret (0 + 0 + 1) / 3.
+    coop = s[(model, "cooperative")]
+    assert (coop["n_scored"], coop["success"], coop["turns"]) == (3, pytest.approx(2 / 3), 2.0)
+    assert (coop["reward"], coop["r_ref"], coop["regret"]) == pytest.approx((1.4 / 3, 0.8, 1 / 3))
+    assert (coop["too_early_rate"], coop["ineffective_rate"]) == (pytest.approx(2 / 3), 0.0)
+    # Vague (medium: h0 "novel", h1 "novel or film", h2 "film"): h0 right (0.8); h1 reads
+    # "novel": wrong, and the reply narrowed nothing (ineffective): -0.3; h2 wrong: -0.2.
+    # The planner: 0.7, -0.4, -0.2 (test_user_behaviours_and_r_ref_by_hand).
+    vague = s[(model, "vague")]
+    assert (vague["success"], vague["ineffective_rate"]) == pytest.approx((1 / 3, 1 / 3))
+    assert (vague["reward"], vague["r_ref"], vague["regret"]) == pytest.approx(
+        (0.1, 0.1 / 3, (-0.1 - 0.1 + 0.0) / 3))
+    # The planner's own episodes: exactly its simulated ones, so its regret is 0.
+    for b in ("cooperative", "vague"):
+        assert s[("planner", b)]["regret"] == pytest.approx(0.0)
+        assert s[("planner", b)]["n_scored"] == 3
+    assert s[("planner", "vague")]["turns"] == pytest.approx(8 / 3)
+    turns = wh.query("SELECT content FROM episode_turns t JOIN episodes e USING (episode_id) "
+                     "WHERE e.target = 'planner' AND t.role = 'assistant' ORDER BY position LIMIT 1")
+    assert turns[0]["content"] == "Which year do you mean: 1965, 1984 or 2021?"
+    # The mapper's request holds the graph and the question only: one call per distinct
+    # question across items and behaviours, and the verdicts stage sent none of its own.
+    [asked] = wh.query("SELECT count(DISTINCT content) AS n FROM episode_turns "
+                       "WHERE role = 'assistant' AND act = 'clarifying_question'")
+    assert llm_server.counts["facet_mapper"] == asked["n"] <= 4
+
+    r = runner.invoke(app, ["report", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    [md] = (tmp_path / "home" / "reports").glob("*/report.md")
+    text = md.read_text()
+    assert "## Clarification as a policy: regret against the reference planner" in text
+    assert "| planner | cooperative | OpenDomainQA | 3 / 3 | 100.0% | 2.00 |" in text
+    assert "facet_mapper: openai/local-smollm2" in text
+
+    before = llm_server.counts["total"]
+    r = runner.invoke(app, ["run", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert llm_server.counts["total"] == before  # a rerun sends nothing
