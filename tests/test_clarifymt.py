@@ -810,3 +810,164 @@ def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
     strict = ClarifyMTSection(SimpleNamespace(min_n=3))(_populated(tmp_path / "b"), spec)
     assert "| live | t | P2 | 33.3% (n=3) | too few (n=2) |" in strict
     assert cell(None, 0, 1) == "too few (n=0)" and cell(0.5, 2, 1) == "50.0% (n=2)"
+
+
+# --------------------------------------------------------------------------- end to end
+
+def _fenced(text: str, label: str) -> str:
+    return text.split(f"<<<BEGIN {label}", 1)[1].split(">>>", 1)[1].split(f"<<<END {label}", 1)[0].strip()
+
+
+def _e2e_config(tmp_path, api_base: str) -> Path:
+    import yaml
+
+    m = "openai/test-"
+    cfg = yaml.safe_load(Path("configs/clarifymt.yaml").read_text())
+    cfg.update(home=str(tmp_path / "home"), dataset={"source": "sample", "path": None, "limit": 2},
+               gateway={"backoff_base_s": 0.01, "backoff_max_s": 0.1})
+    cfg["models"] = {"defaults": {"api_base": api_base, "temperature": 0.0, "max_tokens": 256,
+                                  "max_concurrency": 8, "timeout_s": 5, "max_retries": 2},
+                     "targets": [{"name": "target-a", "model": m + "target-a"}],
+                     "user_simulator": {"model": m + "sim", "temperature": 1.0},
+                     **{r: {"model": m + r} for r in ("act_judge", "question_judge", "slot_judge",
+                                                       "move_checker")}}
+    path = tmp_path / "clarifymt.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _e2e_scripts(llm_server):
+    """The first two sample rows: the time-zone question (contextual, persona Precise) and
+    Georgia (linguistic, Partial-Vague), each with a stored one-exchange prefix. The plain
+    target asks on the time zones but answers Georgia at once ("Atlanta."); after a user
+    reply it answers. The agent asks first on both, then answers."""
+    def target(body):
+        msgs = body["messages"]
+        first = msgs[0]["content"]
+        if first.startswith("ClarifyAgent step: perception"):
+            return json.dumps({"reason": "r", "ambiguous": True, "dimension": "contextual",
+                               "unclear": "which"})
+        if first.startswith("ClarifyAgent step: persona forecast"):
+            return json.dumps({"reason": "r", "persona": "precise"})
+        if first.startswith("ClarifyAgent step: slot tracking"):
+            return json.dumps({"known": [], "missing": ["which"]})
+        chat = msgs[1:] if first.startswith("ClarifyAgent step: planning") else msgs
+        q = chat[0]["content"]
+        if len(chat) == 1:
+            text = ("Which city are you in, and which one is 'there'?" if "9 am" in q
+                    else "Which Georgia do you mean?" if first.startswith("ClarifyAgent")
+                    else "Atlanta.")
+        else:
+            text = "It is 2 pm in London." if "9 am" in q else "The capital is Tbilisi."
+        if first.startswith("ClarifyAgent"):
+            return json.dumps({"decision": "ask" if text.endswith("?") else "answer",
+                               "response": text})
+        return text
+
+    def act_judge(body):
+        response = _fenced(body["messages"][-1]["content"], "RESPONSE")
+        label = "clarifying_question" if response.endswith("?") else "direct_answer"
+        return json.dumps({"reason": "r", "act": label,
+                           "on_target": True if label == "clarifying_question" else None})
+
+    def simulator(body):
+        text = body["messages"][-1]["content"]
+        assert "Tbilisi" not in text and "2 pm" not in text  # no reference reaches the user
+        if "- my city: New York, and it is January" in text:  # Precise: the true values
+            return "I'm in New York, it's January, and I mean London."
+        assert "- place: the one that is not in the US" in text  # Partial-Vague: the partial form
+        return "The one not in the US."
+
+    def question_judge(body):
+        response = _fenced(body["messages"][-1]["content"], "RESPONSE")
+        asks = response.endswith("?")
+        return json.dumps({"reason": "r", "is_question": asks, "score": 4 if asks else None})
+
+    def slot_judge(body):
+        text = body["messages"][-1]["content"]
+        return json.dumps({"reason": "r", "elicited": ["my_city", "other_city"]
+                           if "I mean London" in text else []})
+
+    def move_checker(body):
+        return json.dumps({"reason": "r", "realises_persona": True, "leaks_unasked": False})
+
+    llm_server.scripts.update({"targets": target, "act_judge": act_judge,
+                               "user_simulator": simulator, "question_judge": question_judge,
+                               "slot_judge": slot_judge, "move_checker": move_checker})
+
+
+@pytest.mark.slow  # the Prefect test server: plan, run and report through the CLI
+def test_plan_run_and_report_end_to_end(prefect_harness, llm_server, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    def invoke(*args):
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+    _e2e_scripts(llm_server)
+    path = _e2e_config(tmp_path, llm_server.api_base)
+    r = invoke("plan", "--config", str(path))
+    assert r.exit_code == 0, r.output
+    # 2 items x 2 seats (target-a, target-a+clarify_agent): 2 live episodes and, each item
+    # having a one-exchange prefix, static depths 1 and 2: 2 + 4 = 6 episodes per seat.
+    assert "2 items, 2 conditions, 2 target(s): 12 episodes" in r.output
+    assert {line.split()[0] for line in r.output.splitlines()} >= {
+        "targets", "act_judge", "user_simulator", "question_judge", "slot_judge", "move_checker"}
+
+    r = invoke("run", "--config", str(path))
+    assert r.exit_code == 0, r.output
+    wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
+    eps = {(e["target"], e["condition"], e["script"], e["item_id"]): e for e in wh.query(
+        "SELECT * FROM episodes")}
+    assert len(eps) == 12 and {e["status"] for e in eps.values()} == {"completed"}
+    # The simulated user spoke 3 times (the time zones for both seats, Georgia for the agent)
+    # in 2 requests: both seats ask the time-zone question word for word, so the second reply
+    # is the first's, from the cache (the sample key derives from the transcript).
+    assert llm_server.counts["user_simulator"] == 2
+    assert len(wh.query("SELECT * FROM episode_turns WHERE role = 'user' AND position = 2 "
+                        "AND call_hash IS NOT NULL")) == 3
+    live = {(r["target"], r["item_id"]): r for r in wh.query(
+        "SELECT target, item_id, n_turns, termination FROM episodes WHERE condition = 'live'")}
+    assert sorted((k[0], v["n_turns"]) for k, v in live.items()) == [
+        ("target-a", 2), ("target-a", 4), ("target-a+clarify_agent", 4), ("target-a+clarify_agent", 4)]
+    static = wh.query("SELECT t.content, t.call_hash FROM episode_turns t JOIN episodes e "
+                      "USING (episode_id) WHERE e.script = 'depth2' AND t.position = 1")
+    assert len(static) == 4 and all(s["call_hash"] is None for s in static)  # the stored prefix
+
+    summary = {(s["mode"], s["target"]): s for s in wh.query("SELECT * FROM clarifymt_summary")}
+    plain, agent = summary[("live", "target-a")], summary[("live", "target-a+clarify_agent")]
+    # plain: time zones ask (gold ask) then answer (gold answer), Georgia "Atlanta." (gold ask)
+    assert (plain["n_judged"], plain["act_accuracy"]) == (3, pytest.approx(2 / 3))
+    assert (plain["under_clarification"], plain["over_clarification"]) == (0.5, 0.0)
+    assert plain["answer_contains"] == 0.5  # "It is 2 pm in London." right, "Atlanta." wrong
+    # slots: time zones answered after "I mean London" (both slots), Georgia before any reply
+    assert (plain["slot_recall"], plain["n_slots_scored"]) == (0.5, 2)
+    assert (plain["question_quality"], plain["turns_to_answer"]) == (4.0, 1.5)
+    assert (agent["act_accuracy"], agent["under_clarification"], agent["answer_contains"]) == (1.0, 0.0, 1.0)
+    # the agent answered Georgia after a vague reply: its slot not elicited (0), time zones 1
+    assert (agent["slot_recall"], agent["turns_to_answer"]) == (0.5, 2.0)
+    s_plain = summary[("static", "target-a")]
+    # static: time zones depth 1 ask (gold ask), depth 2 answer (gold answer) right; Georgia
+    # depth 1 "Atlanta." wrong, depth 2 answer right
+    assert (s_plain["n_judged"], s_plain["act_accuracy"]) == (4, 0.75)
+    assert summary[("static", "target-a+clarify_agent")]["act_accuracy"] == 1.0
+    fid = wh.query("SELECT * FROM clarifymt_persona_fidelity WHERE target = 'all' ORDER BY persona")
+    assert [(f["persona"], f["n_checked"], f["pass_rate"]) for f in fid] == [
+        ("Partial-Vague", 1, 1.0), ("Precise", 2, 1.0)]
+    asides = wh.query("SELECT aside FROM episode_turns WHERE aside IS NOT NULL")
+    assert asides and all("perception" in json.loads(a["aside"]) for a in asides)
+
+    r = invoke("report", "--config", str(path))
+    assert r.exit_code == 0, r.output
+    [md] = (tmp_path / "home" / "reports").glob("*/report.md")
+    text = md.read_text()
+    assert "## ClarifyMT: when to ask and when to answer, with personas" in text
+    assert "| live (the persona user replies) | target-a | 66.7% (n=3) | 50.0% (n=2) |" in text
+    assert "data:image/svg+xml;base64," in text
+    for role in ("question_judge", "slot_judge"):
+        assert f"{role}: openai/test-{role}" in text
+
+    before = llm_server.counts["total"]
+    r = invoke("run", "--config", str(path))
+    assert r.exit_code == 0 and llm_server.counts["total"] == before  # a rerun sends nothing
