@@ -757,3 +757,14 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
     r = runner.invoke(app, ["run", "--config", str(path)], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert llm_server.counts["total"] == before  # a rerun sends nothing
+
+
+def test_model_written_text_stays_inside_its_fence():
+    from tests.test_fences import MARK, PAYLOAD, outside_fences
+
+    item = _item()
+    for text in (regret_judge.facet_messages(item, PAYLOAD)[0]["content"],
+                 responder_mod.reply_messages(item, PAYLOAD, ("2021",))[0]["content"]):
+        assert MARK in text and MARK not in outside_fences(text)
+    long = regret_judge.facet_messages(item, "x" * 5000)[0]["content"]
+    assert "[... 3000 characters cut]" in long and "x" * 2001 not in long
