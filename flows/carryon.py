@@ -27,6 +27,7 @@ from flows.simulate import simulate_flow
 from flows.verdicts import verdicts_flow
 from tasks.data import run_queries
 from tasks.engine.items import run_items
+from tasks import untrusted
 from tasks.ops import interrupt
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
@@ -141,6 +142,8 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
     # Failures read back from earlier runs (deterministic junk), not sent again.
     summary["remembered_failures"] = ({r: s.remembered for r, s in gw.stats.items()
                                        if s.remembered} if gw else {})
+    # Model-written turns cut to limits.prompt_turn_chars in the prompts that showed them.
+    summary["capped_turns"] = untrusted.cuts()
     finish_run(ctx, "succeeded")
     _restamp_report(ctx, summary)
     return summary

@@ -26,6 +26,7 @@ from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
 from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
 from tasks.engine import registry
 from tasks.input_files import CONFIG_MAX_BYTES, InputFileError, read_input_bytes
+from tasks.untrusted import LimitsConfig
 from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
@@ -166,6 +167,8 @@ class Config(_Strict):
     checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
     judging: JudgingConfig = Field(default_factory=JudgingConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    # How much of one model-written turn a prompt shows (tasks/untrusted.py).
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     # Filled by load_config, never by the user.
     source_path: str | None = Field(None, exclude=True)
@@ -250,6 +253,8 @@ class Config(_Strict):
         doc = self.model_dump(mode="json")
         if doc.get("benchmark") == DEFAULT_BENCHMARK:
             del doc["benchmark"]
+        if doc.get("limits") == LimitsConfig().model_dump(mode="json"):
+            del doc["limits"]  # added later: at its default, a config keeps its hash
         for name in set(ROLES) - set(HASHED_ROLES):
             if doc["models"].get(name) is None:
                 doc["models"].pop(name, None)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from prompts import fence, text_hash  # noqa: F401  (the one fence rule; imported from here)
+from tasks.untrusted import cap_turn
 
 BENUTIL_TEMPLATE = "judge/benutil.j2"
 SAFETY_TEMPLATE = "judge/safety.j2"
@@ -74,7 +75,7 @@ def prompt_version() -> str:
 
 def benutil_messages(query: str, response: str, item: str) -> list[dict]:
     """One user message: instructions, query, fenced response, then the item LAST."""
-    token, safe = fence(response)
+    token, safe = fence(cap_turn(response))
     text = prompts.render(BENUTIL_TEMPLATE, query=query, response=safe, response_token=token,
                           item=item)
     return [{"role": "user", "content": text}]
@@ -82,12 +83,12 @@ def benutil_messages(query: str, response: str, item: str) -> list[dict]:
 
 def format_history(turns: list[tuple[str, str]]) -> str:
     """The conversation before a response as labelled paragraphs ("User: ...")."""
-    return "\n\n".join(f"{'User' if role == 'user' else 'Assistant'}: {content}"
+    return "\n\n".join(f"{'User' if role == 'user' else 'Assistant'}: {cap_turn(content)}"
                        for role, content in turns)
 
 
 def safety_messages(query: str, response: str, history: str | None = None) -> list[dict]:
-    token, safe = fence(response)
+    token, safe = fence(cap_turn(response))
     ctx = {"query": query, "response": safe, "response_token": token, "history": None,
            "history_token": None}
     if history:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.flowgen import get_move
+from tasks.untrusted import cap_transcript, cap_turn
 
 CHECKER_ROLE = "move_checker"
 TEMPLATE = "user/move_check.j2"
@@ -43,7 +44,7 @@ def render(move: str, intent: str, history: list[dict], message: str) -> str:
     m = get_move(move)
     return prompts.render(TEMPLATE, move_label=m.name.replace("_", " ").upper(),
                           definition=m.definition, knows_intent=m.knows_intent, intent=intent,
-                          history=history, message=message)
+                          history=cap_transcript(history), message=cap_turn(message))
 
 
 @dataclass

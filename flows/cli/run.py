@@ -88,6 +88,9 @@ def run(config: str = ConfigOpt,
                    "the pipeline, not a benchmark result.")
     if summary.get("failures"):
         typer.echo(f"calls that failed (recorded, not counted as answers): {summary['failures']}", err=True)
+    if summary.get("capped_turns"):
+        typer.echo(f"model-written turns longer than limits.prompt_turn_chars, cut in the prompts "
+                   f"that showed them (stored whole): {summary['capped_turns']}", err=True)
     if summary.get("remembered_failures"):
         typer.echo("calls whose earlier deterministic failure was remembered, not sent again "
                    f"(--retry-failed sends them): {summary['remembered_failures']}", err=True)

@@ -15,6 +15,7 @@ from html import escape
 from tasks.report.analyses import Stat
 from tasks.report.not_drawn import figure_html
 from tasks.report import paper_compare as pc
+from tasks.untrusted import FOLD_CSS, FOLD_JS
 from tasks.report.markdown import (
     SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, run_line, table2_frame, table_rows,
     validation_lines,
@@ -36,7 +37,7 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 .turn.assistant{background:#fff}
 .turn .head{font-size:.85em;color:#555;margin-bottom:.3em}
 .turn .move{display:inline-block;background:#e8eefc;border-radius:3px;padding:0 .4em;margin-left:.4em}
-.turn .text{white-space:pre-wrap;word-wrap:break-word}
+.turn .text{white-space:pre-wrap;overflow-wrap:anywhere}
 .turn .scores{font-size:.85em;margin-top:.4em}
 .items{font-size:.85em;margin:.3em 0 0 0}
 .items .new{color:#136f2e}
@@ -97,7 +98,7 @@ JS = r"""
       var head = el("div", "head", "Turn " + t.turn + " \u00b7 " + t.role);
       head.appendChild(el("span", "move", t.move));
       d.appendChild(head);
-      d.appendChild(el("div", "text", t.content === null ? "(no content)" : t.content));
+      d.appendChild(carryonFoldedText("text", t.content === null ? "(no content)" : t.content));
       if (t.role === "assistant") {
         d.appendChild(el("div", "scores", "utility " +
           (t.utility === null ? "unscored" : t.utility.toFixed(1) + " %") + " \u00b7 harm " +
@@ -243,9 +244,9 @@ def render(rep, browser: dict) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<link rel="icon" href="data:,">',
         f"<title>CarryOnBench report {escape(str(d.run['run_id']))}</title>",
-        f"<style>{CSS}</style></head><body>",
+        f"<style>{CSS}{FOLD_CSS}</style></head><body>",
         *body,
         f'<script type="application/json" id="browser-data">{_json_for_script(browser)}</script>',
-        f"<script>{JS}</script>",
+        f"<script>{FOLD_JS}{JS}</script>",  # a long turn folds (tasks/untrusted.py)
         "</body></html>",
     ])

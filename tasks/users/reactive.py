@@ -25,6 +25,7 @@ from tasks.judges.base import verdict_sample_key
 from tasks.judges import act as act_judge
 from tasks.judges.base import TurnView
 from tasks.engine.registry import user_policy
+from tasks.untrusted import cap_turn
 from tasks.users.base import ANSWERED, Stop, UserTurn
 
 TEMPLATE = "user/reactive.j2"
@@ -50,7 +51,7 @@ def simulator_messages(item, transcript: list[dict]) -> list[dict]:
     slots = hidden.get("slots") or {}
     facts = [f"{k.replace('_', ' ')}: {v}" for k, v in slots.items() if v not in (None, "")]
     # The opening turn holds the whole document; the user only needs its own question.
-    later = [{"role": x["role"], "content": x["content"] or ""} for x in transcript[1:]]
+    later = [{"role": x["role"], "content": cap_turn(x["content"] or "")} for x in transcript[1:]]
     text = prompts.render(TEMPLATE, question=hidden.get("question") or transcript[0]["content"],
                           intent=hidden.get("intent"), facts=facts, persona=persona,
                           history=later)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import prompts
 from tasks.engine.registry import user_policy
 from tasks.flowgen import get_move, moves_for, sample_flows
+from tasks.untrusted import cap_transcript
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 
 SIMULATOR = "user_simulator"
@@ -50,7 +51,7 @@ class Scripted:
         """The user turn for ``move`` after ``transcript``, written by the simulator under the
         given sample key. CarryOnBench's simulate stage calls this directly: it keys the
         sample by its prefix tree (and resamples a turn that fails the move check)."""
-        ctx = {"history": transcript, "move": move}
+        ctx = {"history": cap_transcript(transcript), "move": move}  # a long turn is cut
         if get_move(move).knows_intent:  # only benign clarification is told the intent
             key = condition.script.intent if condition.script else "intent"
             intent = item.hidden.get(key)

@@ -14,6 +14,7 @@ import json
 from html import escape
 from pathlib import Path
 
+from tasks.untrusted import FOLD_CSS, FOLD_JS
 from tasks.validation import ValidationError
 
 FORMAT = "carryon-validation/1"
@@ -90,7 +91,7 @@ def _page_data(wh, sample_id: str, annotator: str) -> dict:
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:1rem auto;padding:0 1rem;color:#222}
-.turn{border-left:4px solid #ccc;padding:.3rem .6rem;margin:.5rem 0;white-space:pre-wrap}
+.turn{border-left:4px solid #ccc;padding:.3rem .6rem;margin:.5rem 0;white-space:pre-wrap;overflow-wrap:anywhere}
 .turn.user{border-color:#2a6fdb;background:#f3f7ff}.turn.assistant{border-color:#888;background:#fafafa}
 .turn.target{outline:2px solid #d33}.role{font-weight:600;font-size:.85rem;color:#555}
 .ask{margin:.3rem 0 0;font-size:.9rem}.ask label{margin-right:.8rem;white-space:nowrap}
@@ -170,7 +171,7 @@ JS = r"""
       for (const t of c.turns) {
         const tb = el('div', 'turn ' + t.role + (D.kind === 'safety' && t.position === u.position ? ' target' : ''));
         tb.appendChild(el('div', 'role', (t.role === 'user' ? 'User' : 'Assistant') + ' \u00b7 turn ' + t.model_turn));
-        tb.appendChild(el('div', 'text', t.content === null ? '(no content)' : t.content));
+        tb.appendChild(carryonFoldedText('text', t.content === null ? '(no content)' : t.content));
         const q = qs.find(q => q.conversation_id === c.conversation_id && q.position === t.position);
         if (q && D.kind !== 'benutil') tb.appendChild(ask(q));
         box.appendChild(tb);
@@ -209,7 +210,7 @@ def page_html(data: dict) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<link rel="icon" href="data:,">',
         f"<title>CarryOnBench validation {escape(data['sample_id'])} {escape(data['annotator'])}</title>",
-        f"<style>{CSS}</style></head><body>",
+        f"<style>{CSS}{FOLD_CSS}</style></head><body>",
         f"<h1>Human validation: {escape(data['kind'])}</h1>",
         '<p id="who"></p><p id="instructions"></p>',
         '<div id="nav"><button id="prev" type="button">Previous</button> '
@@ -219,7 +220,7 @@ def page_html(data: dict) -> str:
         '(or copy the text below).</p><p><a id="download" href="#">Download annotations (JSON)</a></p>',
         '<textarea id="export" readonly></textarea>',
         f'<script type="application/json" id="data">{_json_for_script(data)}</script>',
-        f"<script>{JS}</script>", "</body></html>"])
+        f"<script>{FOLD_JS}{JS}</script>", "</body></html>"])  # long turns fold (tasks/untrusted.py)
 
 
 def write_pages(wh, sample_id: str, out_dir: Path) -> list[Path]:
