@@ -202,6 +202,22 @@ def test_unknown_file_shapes_are_refused(tmp_path):
         loaders.load_ambignq_file(loaders.SAMPLE)
 
 
+def test_carryon_data_reads_ambignq_from_a_user_path(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    cfg = yaml.safe_load(Path("configs/clarifymt.yaml").read_text())
+    cfg.update(home=str(tmp_path / "home"),
+               dataset={"source": "ambignq", "path": str(FIX / "ambignq_light.json"), "limit": None})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(app, ["data", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "24 items selected" in r.output and "live" in r.output
+
+
 def test_spec_resolves_its_components_and_roles():
     spec = load_spec("clarifymt")
     assert spec.targets == ["llm", "clarify_agent"] and spec.loader == "clarifymt"
@@ -800,7 +816,7 @@ def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
             "66.7% (n=3) | 25.0% (n=2) | 4.00 (n=3) | 1.67 | 1 |") in md
     assert "| static prefix (stored dialogue) | t | 50.0% (n=2) |" in md
     assert md.count("data:image/svg+xml;base64,") == 2  # the heat map of each mode
-    assert "| P1 | 50.0% (n=2) | 100.0% (n=3) | too few (n=0) | too few (n=0) |" in md
+    assert "| P1 | 50.0% (n=2) | 100.0% (n=3) | too few (n=0; needs 1) | too few (n=0; needs 1) |" in md
     assert "| live | t | intent | 50.0% (n=2) | 100.0% (n=1) | 0.0% (n=1) | 0.0% (n=1) | 40.0% (n=5) |" in md
     assert "| live | t | P2 | 33.3% (n=3) | 100.0% (n=2) |" in md
     assert "| live | t | 2 | P1 | 100.0% (n=2) |" in md
@@ -808,8 +824,8 @@ def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
     assert "| t | P2 | 50.0% (n=2) | 50.0% (n=2) | 0.0% (n=2) |" in md
     (tmp_path / "b").mkdir()
     strict = ClarifyMTSection(SimpleNamespace(min_n=3))(_populated(tmp_path / "b"), spec)
-    assert "| live | t | P2 | 33.3% (n=3) | too few (n=2) |" in strict
-    assert cell(None, 0, 1) == "too few (n=0)" and cell(0.5, 2, 1) == "50.0% (n=2)"
+    assert "| live | t | P2 | 33.3% (n=3) | too few (n=2; needs 3) |" in strict
+    assert cell(None, 0, 1) == "too few (n=0; needs 1)" and cell(0.5, 2, 1) == "50.0% (n=2)"
 
 
 # --------------------------------------------------------------------------- end to end

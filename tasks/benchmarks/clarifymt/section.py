@@ -4,8 +4,8 @@ accuracy by dimension and depth, answer accuracy by depth and persona, slots eli
 answering, turns to answer, question quality and the persona user's fidelity (move checker).
 
 The rules are in views.sql beside the spec (M1-M10). Every number is shown with the count it
-rests on; a cell resting on fewer than ``min_n`` judged turns says "too few (n=k)"; a table
-with nothing to show says "Not computed:" and why.
+rests on; a cell resting on fewer than ``min_n`` judged turns (or answers, replies) says
+"too few (n=k; needs min_n)"; a table with nothing to show says "Not computed:" and why.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ class SectionArgs(BaseModel):
 
 
 def cell(value, n, min_n: int, pct: bool = True) -> str:
-    """A number with its count, or "too few (n=k)"."""
+    """A number with its count, or "too few (n=k; needs min_n)"."""
     if n is None or n < min_n or value is None:
-        return f"too few (n={n or 0})"
+        return f"too few (n={n or 0}; needs {min_n})"
     text = f"{100 * value:.1f}%" if pct else f"{value:.2f}"
     return f"{text} (n={n})"
 
@@ -100,7 +100,7 @@ def _heat(acc: list[dict], min_n: int) -> list[str]:
             out.append(heatmap_svg(mine, personas, depths, min_n, f"{target}: {mode}"))
             out += [""] + md_table(["persona"] + [f"depth {d}" for d in depths], [
                 [p] + [cell(by[(p, d)]["accuracy"], by[(p, d)]["n_judged"], min_n)
-                       if (p, d) in by else "too few (n=0)" for d in depths]
+                       if (p, d) in by else cell(None, 0, min_n) for d in depths]
                 for p in personas + ["all"]])
     return out
 
@@ -113,7 +113,7 @@ def _by_dimension(acc: list[dict], min_n: int) -> list[str]:
     by = {(r["mode"], r["target"], r["dimension"], r["depth"]): r for r in rows}
     keys = sorted({(r["mode"], r["target"], r["dimension"]) for r in rows})
     body = [[m, t, d] + [cell(by[(m, t, d, x)]["accuracy"], by[(m, t, d, x)]["n_judged"], min_n)
-                         if (m, t, d, x) in by else "too few (n=0)" for x in depths + [None]]
+                         if (m, t, d, x) in by else cell(None, 0, min_n) for x in depths + [None]]
             for m, t, d in keys]
     return md_table(["mode", "target", "dimension"] + [f"depth {x}" for x in depths] + ["all depths"],
                     body)
@@ -170,8 +170,8 @@ def render(views: dict, min_n: int) -> str:
     lines += _simple(views["tta"], [
         ("target", lambda r: r["target"]), ("persona", lambda r: r["persona"]),
         ("episodes", lambda r: str(r["n_episodes"])),
-        ("mean turns to answer", lambda r: "too few (n=0)" if r["turns_to_answer"] is None
-         else f"{r['turns_to_answer']:.2f} (n={r['n_answered']})"),
+        ("mean turns to answer", lambda r: cell(r["turns_to_answer"], r["n_answered"], min_n,
+                                                pct=False)),
         ("never answered", lambda r: str(r["n_no_answer"])),
         ("acts unscored", lambda r: str(r["n_act_unscored"]))], "no live episode yet")
     lines += ["", "Question quality (1-5, question judge, on turns that ask):", ""]
