@@ -15,6 +15,7 @@ from tasks.judge_prompts import (
     MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages, evidence_in_response,
 )
 from tasks.engine.registry import judge
+from tasks.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
 from tasks.judges.protocol import JudgeKind, reason
 
 BENUTIL = "benutil_judge"
@@ -25,6 +26,14 @@ EVIDENCE_REASK = ("Your evidence quote does not occur in the response. Copy the 
                   "verbatim, exactly as it appears between the RESPONSE lines; if no passage of "
                   "the response provides the item, answer with empty evidence and fulfilled "
                   "false. Reply with only the JSON object.")
+# A quote that occurs but points at nothing (tasks/evidence.py: too short, only stop words).
+EVIDENCE_WEAK_REASK = (f"Your evidence quote is too short to show that the item is fulfilled: "
+                       f"quote at least {MIN_WORDS} words of the response (or the whole "
+                       "response when it is shorter), not only words like 'the' or 'of'. Copy "
+                       "the passage that provides the item verbatim, exactly as it appears "
+                       "between the RESPONSE lines; if no passage of the response provides the "
+                       "item, answer with empty evidence and fulfilled false. Reply with only the "
+                       "JSON object.")
 
 
 # CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
@@ -109,9 +118,12 @@ class BenUtil(JudgeKind):
 async def _reask_evidence(kind: BenUtil, gw, spec, src: tuple, first):
     """Ask again with the first answer and a note that its quote is not in the response."""
     query, response, question = src
+    # The note says what is wrong with the quote; a quote not found keeps the note (and so the
+    # cache keys) it always had.
+    weak = evidence_problem(first.parsed.evidence, response) not in (None, EMPTY, NOT_IN_RESPONSE)
     messages = benutil_messages(query, response, question) + [
         {"role": "assistant", "content": first.content},
-        {"role": "user", "content": EVIDENCE_REASK}]
+        {"role": "user", "content": EVIDENCE_WEAK_REASK if weak else EVIDENCE_REASK}]
     return await kind.ask(gw, spec, messages, BenUtilVerdict)
 
 
@@ -122,8 +134,12 @@ def _checked_vote(r, response: str) -> tuple:
         return (None, None, f"{EVIDENCE_NOT_IN_RESPONSE}: the re-ask failed ({reason(r)})",
                 r.call_hash)
     v = r.parsed
-    if v.fulfilled and not evidence_in_response(v.evidence, response):
+    problem = evidence_problem(v.evidence, response) if v.fulfilled else None
+    if problem in (EMPTY, NOT_IN_RESPONSE):
         return (None, None, f"{EVIDENCE_NOT_IN_RESPONSE}: quote not found after a re-ask: "
+                            f"{v.evidence[:120]!r}", r.call_hash)
+    if problem is not None:  # the prefix stays: summaries count these as unverified evidence
+        return (None, None, f"{EVIDENCE_NOT_IN_RESPONSE}: quote {problem} after a re-ask: "
                             f"{v.evidence[:120]!r}", r.call_hash)
     return (v.fulfilled, v.evidence[:MAX_EVIDENCE_CHARS], None, r.call_hash)
 
