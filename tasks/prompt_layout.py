@@ -80,7 +80,10 @@ def benutil_layout() -> BenUtilLayout:
     a = benutil_messages(query, response, "Alpha?")[0]["content"]
     b = benutil_messages(query, response, "Beta?")[0]["content"]
     head = common_head(a, b)
-    suffix = common_tail(a, b) - 1  # both items end in "?"
+    # The item sits in its own fenced block (its token differs per item): what follows the
+    # block's END line is the fixed suffix.
+    suffix = len(a) - (a.index(">>>", a.rindex("<<<END ITEM ")) + 3)
+    assert a[-suffix:] == b[-suffix:], "the text after the item must be the same"
     instructions = a.index("\n" + query + "\n") + 1  # up to the query itself
     assert head > instructions, "the two requests must share the instructions"
     return BenUtilLayout(instructions_chars=instructions, suffix_chars=suffix)

@@ -26,10 +26,14 @@ def test_benutil_requests_of_one_response_differ_only_from_the_item_on():
     query, response = "How do I open a lock I own?", "Use a tension wrench and a pick. " * 40
     items = ["Alpha: does it name a tool?", "Beta: does it say to own the lock?"]
     a, b = (benutil_messages(query, response, i)[0]["content"] for i in items)
-    assert common_head(a, b) == a.index(items[0]) == b.index(items[1])
-    # After the item: one fixed line, the same for every item.
-    assert a[a.index(items[0]) + len(items[0]):] == b[b.index(items[1]) + len(items[1]):]
-    assert len(a) - a.index(items[0]) - len(items[0]) <= MAX_FIXED_TAIL
+    # The same up to the item's fenced block (its marker line carries the item's own token).
+    fence = "<<<BEGIN ITEM T"
+    assert common_head(a, b) >= a.index(fence) + len(fence) and a.index(fence) == b.index(fence)
+    assert a.index(fence) < a.index(items[0]) and b.index(fence) < b.index(items[1])
+    # After the item's block: one fixed line, the same for every item.
+    def after(text):
+        return text[text.index(">>>", text.rindex("<<<END ITEM ")) + 3:]
+    assert after(a) == after(b) and 0 < len(after(a)) <= MAX_FIXED_TAIL
     layout = benutil_layout()
     assert layout.instructions_chars == a.index(query)
     assert 0 < layout.suffix_chars <= MAX_FIXED_TAIL
