@@ -4,7 +4,9 @@ Call counts are exact where the pipeline's shape fixes them (intents, ensemble, 
 misuse, simulation with and without prefix sharing, safety) and upper bounds or estimates
 where they depend on model answers (guard and decomposition assume no answer is dropped;
 Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
-paper's mean of 18 items). Tokens per call are rough per-role estimates, stated as such;
+paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
+and the judges' are measured from their templates and the prefix tree (tasks/plan_tokens.py),
+assuming answers use half their max_tokens; the checklist roles' are the role table's;
 costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
 models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
@@ -22,6 +24,7 @@ from tasks.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
 from tasks.model_keys import plan_warnings
+from tasks.plan_tokens import judge_prompt, mean_query_tokens, simulation_prompts
 from tasks.roles import ROLE_TABLE, ROLES
 from tasks.data import select_queries
 from tasks.simulate import plan_calls
@@ -114,6 +117,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
                     "move_checker": 2 * target_out,
                     "benutil_judge": target_out, "safety_judge": target_out}
     memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
+    measured = _measured_prompts(cfg, queries, target_out)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
@@ -121,7 +125,7 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
             continue
         base_in, base_out = _BASE_TOKENS[role]
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
-        in_tokens = base_in + extra_prompt.get(role, 0)
+        in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
         per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
         priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens),
                         _cache_share(role, s, target_out, mean_items), memo=memo) for s in specs]
@@ -158,6 +162,18 @@ def make_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[s
                         f"{rs['extra_calls_upper_bound']} simulator and checker calls.")
     notes += reasoning_warnings(cfg) + plan_warnings(cfg)
     return rows, notes
+
+
+def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]:
+    """Prompt tokens per call of the simulation and judge roles, from the templates and the
+    prefix tree (tasks/plan_tokens.py); the other roles keep the role table's estimates."""
+    q = mean_query_tokens(queries) or QUERY_TOKENS
+    user_in, user_out = _BASE_TOKENS["user_simulator"]
+    sim = simulation_prompts(cfg, [x.query_id for x in queries], q, target_out, user_out, user_in)
+    history = sim["history"] if cfg.judging.safety_sees_history else 0.0
+    return {"targets": sim["targets"], "user_simulator": sim["user_simulator"],
+            "benutil_judge": judge_prompt("benutil_judge", q, target_out, ITEM_TOKENS),
+            "safety_judge": judge_prompt("safety_judge", q, target_out, 0, history)}
 
 
 # Tokens an answer needs beside a thinking budget, where the role has no estimate of its own.

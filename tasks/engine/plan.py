@@ -4,7 +4,9 @@ anything is spent.
 Exact where the spec fixes the count (one target call per single-turn episode, one judge
 call per judged turn), upper bounds where it depends on the target (a reactive user speaks
 only when the target asks; episodes may end before their turn cap). Tokens per call are the
-role table's rough estimates plus the items' own opening prompts (about 4 characters a token).
+items' own opening prompts (about 4 characters a token) plus, for a target, the exchanges
+before its turn, and for a template role its template's own text (tasks/plan_tokens.py), with
+answers at half their max_tokens.
 """
 
 from __future__ import annotations
@@ -13,8 +15,19 @@ from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
 from tasks.gateway.prices import MEMO_NAME, costs
 from tasks.engine import registry
+from tasks.plan_tokens import episode_prompts, template_tokens
 
 CHARS_PER_TOKEN = 4
+
+
+def _user_template(spec, work) -> float | None:
+    """The simulated user's prompt size: the template its policies' modules name
+    (``TEMPLATE``, e.g. tasks/users/reactive.py), the largest when several."""
+    import sys
+
+    sizes = [template_tokens(getattr(sys.modules.get(type(spec.user(c)).__module__), "TEMPLATE", None))
+             for c in {c.name: c for _, c, _, _ in work}.values()]
+    return max((x for x in sizes if x), default=None)
 
 
 def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
@@ -58,6 +71,11 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             if spec.max_turns > 1:
                 bound.add(judge.role)
     target_out = max((s.max_tokens for s in targets), default=512) // 2
+    user_out = (registry.role("user_simulator").tokens[1] if registry.role("user_simulator") else 60) or 60
+    # A target's prompt: the opening and every earlier exchange; a template role's: its
+    # template's own text (measured: tasks/plan_tokens.py) with the opening and one answer.
+    target_in = episode_prompts([n for n, t in turns if t.model is not None], opening_tokens,
+                                target_out, user_out)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
@@ -65,8 +83,10 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             continue
         known = registry.role(role)
         base_in, base_out = known.tokens if known else (0, None)
+        base_in = (_user_template(spec, work) if role == "user_simulator" else None) \
+            or template_tokens(known.prompt if known else None) or base_in
         out_tokens = base_out if base_out is not None else target_out
-        in_tokens = base_in + opening_tokens + (0 if role == "targets" else target_out)
+        in_tokens = round(target_in if role == "targets" else base_in + opening_tokens + target_out)
         per_model = n / len(specs)  # several targets share the calls, as do voting judges
         # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
         # estimated for these prompts, so the cached column is the live price.

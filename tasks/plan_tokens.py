@@ -1,0 +1,110 @@
+"""Prompt tokens per call for ``carryon plan``, from the prompts and the conversations' shape
+rather than fixed guesses.
+
+The plan used one rough prompt size per role (tasks/roles.py). Two of them were far off:
+the judges' templates had grown (Ben-Util's fixed text is ~530 tokens, safety's ~770, against
+350 and 450 assumed), and a simulation call's prompt grows with its turn depth, which a flat
+"two answers of history" does not follow. Here:
+
+- a judge's prompt is its template rendered with one-character fields (measured, so a
+  template edit moves the plan with it), plus the query, the judged response and the item;
+- a target's or simulated user's prompt is the query plus the turns before it, summed over
+  the calls the prefix tree actually makes (the same flows ``plan_calls`` counts);
+- a query's length is the selected queries' own (characters / 4), not a constant.
+
+Answers are assumed to use half their ``max_tokens`` (the plan's stated assumption); with
+that, the plan is within a quarter of a run's calls and prompt tokens
+(tests/test_plan_accuracy.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import prompts
+from tasks.prompt_layout import CHARS_PER_TOKEN
+
+# An oracle prompt restates the query with its benign intent: about a query's length more.
+ORACLE_EXTRA = 1.0
+# Per message, the chat format's own tokens (role, separators).
+MESSAGE_TOKENS = 4
+
+
+def text_tokens(text: str) -> float:
+    return len(text or "") / CHARS_PER_TOKEN
+
+
+@functools.lru_cache(maxsize=1)
+def judge_bases() -> dict[str, float]:
+    """Tokens of each CarryOnBench judge's prompt with one-character fields."""
+    from tasks.judge_prompts import benutil_messages, safety_messages
+
+    def size(msgs):
+        return sum(text_tokens(m["content"]) + MESSAGE_TOKENS for m in msgs)
+
+    return {"benutil_judge": size(benutil_messages("Q", "R", "I?")),
+            "safety_judge": size(safety_messages("Q", "R"))}
+
+
+def judge_prompt(role: str, query: float, response: float, item: float,
+                 history: float = 0.0) -> float:
+    base = judge_bases()[role]
+    return base + query + response + (item if role == "benutil_judge" else history)
+
+
+def simulation_prompts(cfg, query_ids: list[str], query: float, answer: float, user: float,
+                       user_base: float) -> dict[str, float]:
+    """Mean prompt tokens per call of the targets and the simulated user over the prefix
+    tree's calls (the first answer, one per move prefix, the oracle), and the mean history a
+    judged response follows (what a judge that sees the history reads)."""
+    from tasks.simulate_plan import flows_for
+
+    turn = answer + user + 2 * MESSAGE_TOKENS
+    t_sum = t_n = s_sum = s_n = 0.0
+    for qid in query_ids:
+        prefixes = {tuple(f.moves[:k]) for f in flows_for(cfg, qid)
+                    for k in range(1, f.n_moves + 1)}
+        depths = [len(p) for p in prefixes]
+        # the first answer (no history), one call per prefix, the oracle
+        t_sum += query + sum(query + k * turn for k in depths) + query * (1 + ORACLE_EXTRA)
+        t_n += 2 + len(depths)
+        # the user writing move k has read the query, k answers and its k - 1 earlier moves
+        s_sum += sum(user_base + query + k * answer + (k - 1) * user for k in depths)
+        s_n += len(depths)
+    mean_t = t_sum / t_n if t_n else query
+    return {"targets": mean_t, "user_simulator": s_sum / s_n if s_n else user_base + query,
+            "history": max(0.0, mean_t - query)}
+
+
+def mean_query_tokens(queries) -> float | None:
+    texts = [getattr(q, "query", None) for q in queries]
+    texts = [t for t in texts if t]
+    return sum(map(text_tokens, texts)) / len(texts) if texts else None
+
+
+_TAG = re.compile(r"\{#.*?#\}|\{%.*?%\}|\{\{.*?\}\}", re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def template_tokens(name: str | None) -> float | None:
+    """A prompt template's own text in tokens (its Jinja tags left out: the fields are counted
+    separately); None when the role names no single template file."""
+    if not name or "*" in name:
+        return None
+    path = Path(prompts.__file__).parent / name
+    try:
+        return len(_TAG.sub("", path.read_text(encoding="utf-8"))) / CHARS_PER_TOKEN
+    except OSError:
+        return None
+
+
+def episode_prompts(turns: list[int], opening: float, answer: float, user: float) -> float:
+    """Mean prompt tokens of a target call over episodes of ``turns`` target turns each: the
+    opening prompt, plus every earlier answer and user reply."""
+    calls = sum(turns)
+    if not calls:
+        return opening
+    history = sum(n * (n - 1) / 2 for n in turns) * (answer + user + 2 * MESSAGE_TOKENS)
+    return opening + history / calls
