@@ -388,9 +388,15 @@ def test_the_persona_user_sends_the_act_judges_request_and_reports_failures():
 
 
 def test_long_model_turns_are_capped_in_the_simulator_prompt():
-    _, gw = _reply(_item(), "x" * 10_000 + "?")
+    from tasks import untrusted
+
+    untrusted.configure(untrusted.LimitsConfig(prompt_turn_chars=1_000))
+    try:
+        _, gw = _reply(_item(), "x" * 10_000 + "?")
+    finally:
+        untrusted.configure(None)
     prompt = _sim_prompt(gw)
-    assert "more characters not shown" in prompt and len(prompt) < 9_000
+    assert "9,001 more characters not shown" in prompt and len(prompt) < 5_000
 
 
 # --------------------------------------------------------------------------- static prefix
@@ -579,6 +585,35 @@ def test_clarify_agent_perceives_tracks_plans_and_states_its_steps_aside():
     failed = _agent(AgentGateway(fail_step="SlotState"), _item())
     assert not failed.ok and failed.error_kind == "api_error" and failed.call_hash == "h-bad"
     assert clarify_agent.ClarifyAgent().calls(None) == {"targets": 3}
+
+
+# --------------------------------------------------------------------------- fences
+
+def test_model_written_text_stays_inside_its_fence():
+    """Every ClarifyMT prompt rendered with a hostile payload in every model-written field (the
+    target's turns, the simulated user's replies, the agent's own notes)."""
+    from tests.test_fences import MARK, PAYLOAD, outside_fences
+
+    item = _item("partial_vague", prefix=None)
+    turns = [PAYLOAD, PAYLOAD, PAYLOAD]
+    view = _view(item, turns)
+    gw, agw = FakeGateway(), AgentGateway()
+    asyncio.run(persona_user.PersonaUser().next(_env(gw), _state(item, *turns)))
+    _agent(agw, item, *turns)
+    texts = {
+        "persona_user.j2": _sim_prompt(gw),
+        "question_quality.j2": judges.QUESTION.request(view).messages[0]["content"],
+        "slots.j2": judges.SLOTS.request(view).messages[0]["content"],
+        "persona_check.j2": judges.PERSONA_CHECK.request(view).messages[0]["content"],
+        **{c.schema.__name__: c.messages[0]["content"] for c in agw.calls},
+    }
+    assert set(texts) >= {"Perception", "Forecast", "SlotState", "Plan"}
+    for name, text in texts.items():
+        if name != "Plan":  # the plan's system message holds the agent's notes, not turns
+            assert MARK in text, name
+        assert MARK not in outside_fences(text), f"{name}: model-written text outside a fence"
+    notes = clarify_agent.plan_messages([{"role": "user", "content": "q"}], PAYLOAD)[0]["content"]
+    assert MARK in notes and MARK not in outside_fences(notes)
 
 
 # --------------------------------------------------------------------------- views

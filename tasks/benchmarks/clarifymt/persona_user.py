@@ -41,30 +41,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import prompts
 from tasks.engine.registry import user_policy
-from tasks.judge_prompts import fence
 from tasks.judges import act as act_judge
 from tasks.judges.base import verdict_sample_key
+from tasks.untrusted import cap_turn
 from tasks.users.base import ANSWERED, SINGLE_TURN, Stop, UserTurn
 from tasks.users.reactive import turn_view
 
 TEMPLATE = "clarifymt/persona_user.j2"
 ACT_ROLE = "act_judge"
 SIM_ROLE = "user_simulator"
-TURN_CHARS = 4000  # a model-written turn shown in a prompt is cut here (and said so)
 
 
 # ----- text shown to a model -----------------------------------------------------------------
-def cap(text: str | None, limit: int = TURN_CHARS) -> str:
-    text = text or ""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[cut here: {len(text) - limit:,} more characters not shown]"
-
-
-def fenced(text: str, label: str) -> str:
-    """Untrusted text between BEGIN/END lines whose token the text cannot contain."""
-    token, safe = fence(cap(text))
-    return f"<<<BEGIN {label} {token}>>>\n{safe}\n<<<END {label} {token}>>>"
+def fenced(text: str | None, label: str) -> str:
+    """Model-written text, cut at the run's limits.prompt_turn_chars (tasks/untrusted.py) and
+    put between BEGIN/END lines whose token the text cannot contain (the one fence rule)."""
+    return prompts.fenced(cap_turn(text or "") or "", label)
 
 
 def conversation(turns, user_label: str = "USER TURN", skip_opening: bool = True) -> str:
