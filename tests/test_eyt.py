@@ -504,11 +504,11 @@ def _script(llm_server, items):
         second = body["model"].endswith("two")
         if "actual intent at this turn: " in text:
             latent = text.split("actual intent at this turn: ", 1)[1].split("\n", 1)[0]
-            said = text.split("\nBEGIN ", 1)[1].split("\n", 1)[1].rsplit("\nEND ", 1)[0]
+            said = text.split("<<<BEGIN STATED UNDERSTANDING ", 1)[1].split("\n", 1)[1].split("\n<<<END ", 1)[0]
             return json.dumps({"reason": "r", "match": said == latent})
         if "wanted by the end" in text:
             final = text.split("(the assistant was never told this directly): ", 1)[1].split("\n", 1)[0]
-            last = text.rsplit("[Assistant]\n", 1)[1]
+            last = text.rsplit("<<<BEGIN ASSISTANT TURN ", 1)[1].split("\n", 1)[1].split("\n<<<END ", 1)[0]
             return json.dumps({"reason": "r", "completed": final in last})
         tracker = "Sure, about" in text
         return json.dumps({"reason": "r", "empathy": (4 if tracker else 2) + second,
@@ -599,3 +599,25 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     r = run("run", "--config", str(path))
     assert r.exit_code == 0, r.output
     assert llm_server.counts["total"] == before  # a rerun sends nothing
+
+
+def test_model_written_text_stays_inside_its_fence():
+    """The simulator and the three prompted judges, with a hostile payload in every
+    model-written field: the target's responses and stated perception, the simulated user's
+    turns."""
+    from tests.test_fences import MARK, PAYLOAD, outside_fences
+
+    item = LOAD(SAMPLE)[0]
+    view = TurnView(item=item, condition="drift", episode_id="e", position=3, model_turn=2,
+                    prompt="o", response=PAYLOAD, is_last=True,
+                    history=({"role": "user", "content": "o"},
+                             {"role": "assistant", "content": PAYLOAD},
+                             {"role": "user", "content": PAYLOAD}),
+                    asides=(_aside(PAYLOAD), _aside(PAYLOAD)))
+    texts = {name: J.JUDGES[name].request(view).messages[0]["content"]
+             for name in ("eyt_latent", "eyt_final", "eyt_subjective")}
+    texts["simulator"] = simulator.simulator_messages(
+        item, [{"role": "user", "content": "o"}, {"role": "assistant", "content": PAYLOAD}],
+        2)[0]["content"]
+    for name, text in texts.items():
+        assert MARK in text and MARK not in outside_fences(text), name

@@ -101,9 +101,16 @@ def test_the_payload_stays_inside_its_fence(name):
         assert m.group("tok") not in {"T0123456789ABCDEF0123", "TFFFF"}
 
 
+# A benchmark's own templates are rendered with the payload by its own test (through its
+# components' builders, which know what each field holds).
+CHECKED_BY = {"clarifymt": "tests/test_clarifymt.py", "regret": "tests/test_regret.py",
+              "eyt": "tests/test_eyt.py"}
+
+
 def test_every_template_is_classified():
     names = {str(p.relative_to(prompts.PROMPTS_DIR)) for p in Path(prompts.PROMPTS_DIR).rglob("*.j2")}
-    core = {n for n in names if n.split("/")[0] in ("user", "checklists", "judge", "judges")
-            or "/" not in n}
-    unclassified = core - set(RENDERED) - NO_MODEL_TEXT - PARTIALS
+    for folder, test in CHECKED_BY.items():
+        assert "test_model_written_text_stays_inside_its_fence" in Path(test).read_text(), test
+    elsewhere = {n for n in names if n.split("/")[0] in CHECKED_BY}
+    unclassified = names - set(RENDERED) - NO_MODEL_TEXT - PARTIALS - elsewhere
     assert not unclassified, f"templates neither fenced-and-tested nor declared model-text free: {unclassified}"

@@ -30,14 +30,16 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.benchmarks.eyt.personas import latent_at
 from tasks.engine.registry import judge
-from tasks.judge_prompts import fence
+from tasks.untrusted import cap_turn
 from tasks.judges.base import EmbedRequest, Judge, Measure, Request
 from tasks.roles import Role
 
 JUDGE_ROLE = Role("eyt_judge", ("verdicts",), "either", "eyt/*.j2", "EytVerdict", (700, 80),
                   in_report=True)
 EMBED_ROLE = "embedder"
-TURN_CHARS = 2000  # each turn is capped in a judge's prompt (model-written text)
+# What is embedded of a perceived intent (an embedding model reads a short text; the judges'
+# prompts cap each turn with limits.prompt_turn_chars instead).
+TURN_CHARS = 2000
 NO_PERCEPTION = "no perceived intent on this turn (the target is not seated under perceive)"
 
 
@@ -65,13 +67,12 @@ def cosine_distance(a: list[float], b: list[float]) -> float | None:
     return min(2.0, max(0.0, 1.0 - sum(x * y for x, y in zip(a, b)) / (na * nb)))
 
 
-def conversation(turn) -> tuple[str, list[dict]]:
-    """(fence token, the conversation up to and including this response), each turn capped."""
-    hist = [{"role": h["role"], "content": (h.get("content") or "")[:TURN_CHARS]}
-            for h in turn.history]
-    hist.append({"role": "assistant", "content": (turn.response or "")[:TURN_CHARS]})
-    token, _ = fence("\n".join(h["content"] for h in hist))
-    return token, [{**h, "content": h["content"].replace(token, "[token removed]")} for h in hist]
+def conversation(turn) -> list[dict]:
+    """The conversation up to and including this response, each turn capped (the templates
+    fence every turn on its own)."""
+    hist = [{"role": h["role"], "content": cap_turn(h.get("content") or "")} for h in turn.history]
+    hist.append({"role": "assistant", "content": cap_turn(turn.response or "")})
+    return hist
 
 
 def per_judge(measures: tuple[str, ...], per: list[list[Measure]]) -> list[Measure]:
@@ -97,8 +98,7 @@ class LatentJudge(PanelJudge):
         p = perceived(turn.aside)
         if p is None or turn.blocked:
             return None
-        token, safe = fence(p[:TURN_CHARS])
-        text = prompts.render("eyt/latent.j2", latent=latent(turn), perceived=safe, token=token)
+        text = prompts.render("eyt/latent.j2", latent=latent(turn), perceived=cap_turn(p))
         return Request([{"role": "user", "content": text}], LatentVerdict)
 
     def verdicts(self, turn, parsed):
@@ -119,9 +119,8 @@ class FinalJudge(PanelJudge):
     def request(self, turn):
         if turn.blocked:
             return None
-        token, history = conversation(turn)
         text = prompts.render("eyt/final.j2", final_intent=turn.item.hidden["final_intent"],
-                              history=history, token=token)
+                              history=conversation(turn))
         return Request([{"role": "user", "content": text}], FinalVerdict)
 
     def verdicts(self, turn, parsed):
@@ -147,9 +146,8 @@ class SubjectiveJudge(Judge):
     def request(self, turn):
         if turn.blocked:
             return None
-        token, history = conversation(turn)
         text = prompts.render("eyt/subjective.j2", persona=turn.item.hidden["persona"],
-                              history=history, token=token)
+                              history=conversation(turn))
         return Request([{"role": "user", "content": text}], SubjectiveVerdict)
 
     def verdicts(self, turn, parsed):

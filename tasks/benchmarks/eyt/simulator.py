@@ -15,24 +15,21 @@ from __future__ import annotations
 import prompts
 from tasks.benchmarks.eyt.personas import latent_at
 from tasks.engine.registry import user_policy
-from tasks.judge_prompts import fence
+from tasks.untrusted import cap_turn
 from tasks.users.base import UserTurn, clean_user_turn
 
 TEMPLATE = "eyt/simulator.j2"
 SIM_ROLE = "user_simulator"
-TURN_CHARS = 2000  # each earlier turn is capped in the prompt (model-written text)
 
 
 def simulator_messages(item, transcript: list[dict], next_turn: int) -> list[dict]:
     segs = item.hidden["trajectory"]
     seg = latent_at(segs, next_turn)
-    history = [{"role": t["role"], "content": (t.get("content") or "")[:TURN_CHARS]}
+    history = [{"role": t["role"], "content": cap_turn(t.get("content") or "")}
                for t in transcript]
-    token, _ = fence("\n".join(h["content"] for h in history))
-    history = [{**h, "content": h["content"].replace(token, "[token removed]")} for h in history]
     text = prompts.render(TEMPLATE, persona=item.hidden["persona"], intent=seg["intent"],
                           shifted=seg["turn"] == next_turn and next_turn > 1,
-                          explicit=seg["explicit"], history=history, token=token)
+                          explicit=seg["explicit"], history=history)
     return [{"role": "user", "content": text}]
 
 
