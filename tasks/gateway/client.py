@@ -23,6 +23,7 @@ from tasks.config import GatewayConfig, ModelSpec, api_key_for
 from tasks.gateway.answers import fail, judge
 from tasks.gateway.batching import collector_for, progress_line
 from tasks.gateway.cache import ResponseCache
+from tasks.gateway.claims import Claims
 from tasks.gateway.junk import junk_reason
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
@@ -74,6 +75,7 @@ class Gateway:
     def __init__(self, cache_dir: Path, run_id: str, cfg: GatewayConfig | None = None,
                  shards: int = 1):
         self.cache = ResponseCache(cache_dir)
+        self.claims = Claims(cache_dir)  # calls in flight, across processes sharing the cache
         self.run_id = run_id
         self.cfg = cfg or GatewayConfig()
         # The warehouse batch mode records its provider batches in (llm_batches), set by the
@@ -332,8 +334,18 @@ class Gateway:
         remembered = self._remembered(key, role, spec)
         if remembered is not None:
             return remembered
-        r = await self._request(key, spec, role, messages, prompt, schema)
-        self._store(key, spec, role, r)
+        # One process per call in flight (claims.py): another run on this cache sending the
+        # same request is waited for, and its stored answer read instead of paying twice.
+        async with self.claims.hold(key) as waited:
+            if waited:
+                hit = self._hit(key, role, spec, messages, prompt, schema)
+                if hit is not None:
+                    return hit
+                remembered = self._remembered(key, role, spec)
+                if remembered is not None:
+                    return remembered
+            r = await self._request(key, spec, role, messages, prompt, schema)
+            self._store(key, spec, role, r)
         self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
         return r
 
