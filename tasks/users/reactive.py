@@ -85,7 +85,7 @@ class Reactive:
         if act != act_judge.CLARIFYING:
             return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
         spec = env.spec(SIM_ROLE)
-        sim = await env.gateway.chat(spec, SIM_ROLE, simulator_messages(state.item, state.transcript),
+        sim = await env.gateway.chat(spec, SIM_ROLE, self.reply_messages(state),
                                      sample_key=env.sample_key(spec, "user", state.transcript))
         content = (sim.content or "").strip() if sim.ok else ""
         if not sim.ok or not content:
@@ -95,6 +95,11 @@ class Reactive:
                             error_kind=sim.error_kind or "empty_output",
                             act=act, act_call_hash=res.call_hash)
         return UserTurn(content, sim.call_hash, act=act, act_call_hash=res.call_hash)
+
+    def reply_messages(self, state) -> list[dict]:
+        """The simulator's request for the reply (a policy that phrases replies otherwise,
+        e.g. from a persona, overrides this and keeps the act-then-reply loop)."""
+        return simulator_messages(state.item, state.transcript)
 
     def calls(self, condition) -> dict[str, int]:
         # next() runs after every target turn but the last: one act call and at most one

@@ -41,11 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import prompts
 from tasks.engine.registry import user_policy
-from tasks.judges import act as act_judge
-from tasks.judges.base import verdict_sample_key
 from tasks.untrusted import cap_turn
-from tasks.users.base import ANSWERED, SINGLE_TURN, Stop, UserTurn
-from tasks.users.reactive import turn_view
+from tasks.users.base import SINGLE_TURN, Stop
+from tasks.users.reactive import Reactive
 
 TEMPLATE = "clarifymt/persona_user.j2"
 ACT_ROLE = "act_judge"
@@ -141,47 +139,17 @@ def simulator_messages(item, transcript, move: Move) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-def _error(result, who: str) -> str:
-    return f"{result.error_kind}: {who}: {result.error}"
-
-
 @user_policy("clarifymt_persona", roles=(ACT_ROLE, SIM_ROLE))
-class PersonaUser:
+class PersonaUser(Reactive):
+    """The reactive user's loop (the act judge reads the target's turn; a clarifying question
+    gets a reply, anything else ends the episode), with the reply phrased from the move the
+    persona makes at this point (which facts it may use, chosen in code)."""
+
     name = "clarifymt_persona"
-    roles: tuple[str, ...] = (ACT_ROLE, SIM_ROLE)
 
-    async def next(self, env, state):
-        turn = turn_view(state)
-        if turn.blocked or turn.response is None:
-            return Stop(ANSWERED, act="refusal")
-        req = act_judge.JUDGE.request(turn)
-        spec = env.spec(ACT_ROLE)
-        res = await env.gateway.chat(spec, ACT_ROLE, req.messages, schema=req.schema,
-                                     sample_key=verdict_sample_key(spec, req.messages))
-        if not res.ok or res.parsed is None:
-            return UserTurn(None, res.call_hash, error=_error(res, "act judge"),
-                            error_kind=res.error_kind or "invalid_output",
-                            act=None, act_call_hash=res.call_hash)
-        act = res.parsed.act
-        if act != act_judge.CLARIFYING:
-            return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
+    def reply_messages(self, state) -> list[dict]:
         move = reply_move(state.item, replies_so_far(state.transcript))
-        spec = env.spec(SIM_ROLE)
-        sim = await env.gateway.chat(spec, SIM_ROLE,
-                                     simulator_messages(state.item, state.transcript, move),
-                                     sample_key=env.sample_key(spec, "user", state.transcript))
-        content = (sim.content or "").strip() if sim.ok else ""
-        if not sim.ok or not content:
-            return UserTurn(None, sim.call_hash,
-                            error=_error(sim, "user simulator") if not sim.ok
-                            else "empty_output: user simulator: no text",
-                            error_kind=sim.error_kind or "empty_output",
-                            act=act, act_call_hash=res.call_hash)
-        return UserTurn(content, sim.call_hash, act=act, act_call_hash=res.call_hash)
-
-    def calls(self, condition) -> dict[str, int]:
-        n = max(condition.max_turns - 1, 0)  # after every target turn but the last
-        return {ACT_ROLE: n, SIM_ROLE: n} if n else {}
+        return simulator_messages(state.item, state.transcript, move)
 
 
 # ----- the static prefix ------------------------------------------------------------------------
