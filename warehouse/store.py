@@ -189,6 +189,10 @@ class Warehouse:
     def count(self, table) -> int:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
 
+    def recorded_call_hashes(self) -> set[str]:
+        """The cache keys of every call a recorded run made (what `carryon cache prune` keeps)."""
+        return {r["call_hash"] for r in self.query("SELECT DISTINCT call_hash FROM llm_calls")}
+
 
 # Callbacks run inside init's transaction, after the tables exist and before the views are
 # (re)created: how the layers above seed rows the views need (the benchmark specs' condition

@@ -48,8 +48,7 @@ def cache_prune(config: Optional[str] = typer.Option(None, "--config", "-c"),
 
     cache = _cache(config)
     path = _home(config) / "warehouse.duckdb"
-    used = {r["call_hash"] for r in Warehouse(path).query("SELECT DISTINCT call_hash FROM llm_calls")} \
-        if path.exists() else set()
+    used = Warehouse(path).recorded_call_hashes() if path.exists() else set()
     n = cache.delete_where(role, model, keep=used)
     typer.echo(f"pruned {n} entries not referenced by any recorded run")
 
