@@ -766,5 +766,11 @@ def test_model_written_text_stays_inside_its_fence():
     for text in (regret_judge.facet_messages(item, PAYLOAD)[0]["content"],
                  responder_mod.reply_messages(item, PAYLOAD, ("2021",))[0]["content"]):
         assert MARK in text and MARK not in outside_fences(text)
-    long = regret_judge.facet_messages(item, "x" * 5000)[0]["content"]
-    assert "[... 3000 characters cut]" in long and "x" * 2001 not in long
+    from tasks import untrusted
+
+    untrusted.configure(untrusted.LimitsConfig(prompt_turn_chars=1000))
+    try:
+        long = regret_judge.facet_messages(item, "x" * 5000)[0]["content"]
+    finally:
+        untrusted.configure(None)
+    assert "4,000 more characters not shown" in long and "x" * 1001 not in long

@@ -34,6 +34,7 @@ from tasks.engine.registry import judge
 from tasks.judge_prompts import fence
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.roles import Role
+from tasks.untrusted import cap_turn
 
 TEMPLATE = "regret/facet_map.j2"
 CLARIFYING = "clarifying_question"
@@ -42,15 +43,10 @@ FACET_MAPPER = Role("facet_mapper", ("episodes", "verdicts"), "one", TEMPLATE, "
                     (350, 60), in_report=True)
 
 
-MAX_QUESTION_CHARS = 2000  # a model's "question" longer than this is cut in the prompts
-
-
 def cap(text: str | None) -> str:
-    """Model-written text for a prompt: whole when short, else its head and a cut note."""
-    text = text or ""
-    if len(text) <= MAX_QUESTION_CHARS:
-        return text
-    return text[:MAX_QUESTION_CHARS] + f"\n[... {len(text) - MAX_QUESTION_CHARS} characters cut]"
+    """Model-written text for a prompt: the project's per-turn cap (limits.prompt_turn_chars),
+    which says what it cut and counts it."""
+    return cap_turn(text or "")
 
 
 class FacetMapping(BaseModel):
