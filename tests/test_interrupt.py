@@ -297,8 +297,8 @@ def test_gateway_sends_nothing_after_a_stop(llm_server, tmp_path):
 
 
 def test_signal_handler_first_requests_second_exits(tmp_path):
-    """A real SIGINT to a child running ``interrupt.run``: the first stops the flow (exit
-    130 through Interrupted), one line on stderr; a stuck flow's second signal exits at once."""
+    """Real signals to a child running ``interrupt.run``: a SIGTERM stops the flow (exit 130
+    through Interrupted), one line on stderr; a stuck flow's second SIGINT exits at once."""
     code = """
 import asyncio, sys
 from tasks.ops import interrupt
@@ -312,7 +312,7 @@ except interrupt.Interrupted as e:
     print("stopped:", e, flush=True)
     sys.exit(130)
 """
-    for stuck, signals in ((False, 1), (True, 2)):
+    for stuck, signals, sig in ((False, 1, signal.SIGTERM), (True, 2, signal.SIGINT)):
         args = ["60", "0.2"] if not stuck else ["60", "60"]
         p = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -320,7 +320,7 @@ except interrupt.Interrupted as e:
             assert p.stdout.readline().strip() == "ready"
             t0 = time.monotonic()
             for _ in range(signals):
-                os.killpg(p.pid, signal.SIGINT)
+                os.killpg(p.pid, sig)
                 time.sleep(0.3)
             out, err = p.communicate(timeout=10)
             assert p.returncode == 130 and time.monotonic() - t0 < 5
@@ -328,8 +328,8 @@ except interrupt.Interrupted as e:
             if stuck:
                 assert err.strip().splitlines()[-1] == "SIGINT again: stopping now", err
             else:
-                assert "stopped: interrupted by SIGINT" in out
-                assert len(err.strip().splitlines()) == 1 and err.startswith("SIGINT: stopping"), err
+                assert "stopped: interrupted by SIGTERM" in out
+                assert len(err.strip().splitlines()) == 1 and err.startswith("SIGTERM: stopping"), err
         finally:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
