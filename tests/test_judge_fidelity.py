@@ -19,7 +19,7 @@ from tasks.judge_prompts import (
 )
 from tasks.report import judging as rj
 from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
-    AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, keyword_judge, make_ctx, response_of,
+    AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, item_of, keyword_judge, make_ctx, response_of,
     run_all, seed,
 )
 
@@ -65,7 +65,7 @@ def forging_judge(body):
     """Item 1 (alpha): forges a quote first, answers honestly when re-asked. Item 2 (beta):
     always "fulfilled" with a forged quote."""
     first = body["messages"][0]["content"]
-    item = re.search(r"Checklist item: (.*)", first).group(1)
+    item = item_of(first)
     reask = len(body["messages"]) == 3
     if reask:
         assert "does not occur in the response" in body["messages"][-1]["content"]
@@ -85,7 +85,7 @@ def test_fulfilled_whose_quote_is_not_in_the_response_is_reasked_then_unscored(m
     rows = {(r["conversation_id"], r["position"], r["item_id"]): r for r in ctx.warehouse.query(
         "SELECT * FROM item_judgments")}
     # Item 1: the re-asked, honest verdict stands, with its real quote.
-    assert rows[("c1", 3, 1)]["fulfilled"] is True and rows[("c1", 3, 1)]["evidence"] == "alpha"
+    assert rows[("c1", 3, 1)]["fulfilled"] is True and rows[("c1", 3, 1)]["evidence"] == "alpha and"
     assert rows[("c1", 1, 1)]["fulfilled"] is False and rows[("c1", 1, 1)]["reason"] is None
     # Item 2: the quote is not there after the re-ask either: unscored, never True or False.
     item2 = [r for k, r in rows.items() if k[2] == 2]
