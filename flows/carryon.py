@@ -62,9 +62,9 @@ def _restamp_report(ctx, summary: dict) -> None:
 
     from tasks.report.writer import restamp_status
 
-    rows = ctx.warehouse.query("SELECT * FROM runs WHERE run_id = ?", [ctx.run_id])
-    if rows:
-        restamp_status(Path(folder), rows[0])
+    row = ctx.warehouse.run_row(ctx.run_id)
+    if row:
+        restamp_status(Path(folder), row)
         md = Path(folder) / "report.md"
         if md.exists():
             republish_report(ctx.run_id, md.read_text(encoding="utf-8"))

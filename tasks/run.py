@@ -264,7 +264,7 @@ def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:
         requests = sum(s.requests for s in ctx._gateway.stats.values())
         hits = sum(s.hits for s in ctx._gateway.stats.values())
         ctx._gateway.close()
-    row = ctx.warehouse.query("SELECT * FROM runs WHERE run_id = ?", [ctx.run_id])[0]
+    row = ctx.warehouse.run_row(ctx.run_id)
     row.update(finished=dt.datetime.now(dt.timezone.utc), status=status, error=error,
                requests=requests, cache_hits=hits)
     ctx.warehouse.write("runs", [row])

@@ -189,6 +189,11 @@ class Warehouse:
     def count(self, table) -> int:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
 
+    def run_row(self, run_id: str) -> dict | None:
+        """The ``runs`` row of ``run_id`` (None: no such run)."""
+        rows = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return rows[0] if rows else None
+
     def recorded_call_hashes(self) -> set[str]:
         """The cache keys of every call a recorded run made (what `carryon cache prune` keeps)."""
         return {r["call_hash"] for r in self.query("SELECT DISTINCT call_hash FROM llm_calls")}

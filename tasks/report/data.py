@@ -103,10 +103,10 @@ def _benchmark_of(run: dict) -> str | None:
 
 def _run_row(wh: Warehouse, run_id: str | None) -> dict:
     if run_id:
-        rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
-        if not rows:
+        row = wh.run_row(run_id)
+        if row is None:
             raise ReportError(f"{wh.path}: runs: no run with run_id {run_id!r}")
-        return rows[0]
+        return row
     rows = wh.query("SELECT * FROM runs ORDER BY started DESC LIMIT 1")
     if not rows:
         raise ReportError(f"{wh.path}: runs: the warehouse has no run yet (run `carryon run` first)")

@@ -67,8 +67,7 @@ def render(cfg, wh, run: dict) -> str:
 
 def write(cfg, wh, run_id: str) -> tuple[Path, str]:
     """Write reports/<run_id>/report.md atomically (a temporary folder renamed into place)."""
-    rows = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
-    run = rows[0] if rows else {"run_id": run_id, "status": "unknown"}
+    run = wh.run_row(run_id) or {"run_id": run_id, "status": "unknown"}
     text = render(cfg, wh, run)
     final = cfg.home_path / "reports" / str(run_id)
     with atomic_folder(final) as tmp:
