@@ -10,10 +10,11 @@ change of the engine, the warehouse or the report.
 5b0e871, before the benchmark spec and the episode engine: an older warehouse schema and a
 cache of pickled values), against the loopback server on port 18791. Its cache is converted
 first, as the README tells a user to (``carryon cache convert``). Its prompts predate the
-fences around model-written text, a change of rule made on purpose: the calls whose prompts
-show no model-written text (the ensemble's answers, the targets' answers to the query and to
-the oracle prompt) still come from its cache, the others are sent once more, and a second
-rerun sends nothing.
+fences around model-written text and the answer formats that describe their fields, changes
+of rule made on purpose: the targets' answers to the bare query (their first turns, whose
+prompt is the query itself) still come from its cache, the calls whose prompts changed
+(the intent statement and what follows from it, the simulator, the judges) are sent once
+more, and a second rerun sends nothing.
 
 The cache key holds the api_base, so each rerun's server listens on its fixture's port.
 """
@@ -169,9 +170,7 @@ def test_pre_engine_home_converts_and_keeps_the_answers_its_prompts_still_ask_fo
     wh = Warehouse(home / "warehouse.duckdb")
     before = wh.query("SELECT count(*) AS n FROM conversations")[0]["n"]
     summary, counts = _run(path, PORT)
-    # Unchanged prompts: the ensemble's answers and the targets' answers to the query and to
-    # the oracle prompt (their first turns) are read from the old cache.
-    assert counts.get("ensemble", 0) == 0, counts
+    # Unchanged prompts: the targets' answers to the bare query are read from the old cache.
     assert summary["cache_hits"] > 0
     targets = wh.query("SELECT count(*) AS n, count(*) FILTER (WHERE cache_hit) AS hits "
                        "FROM llm_calls WHERE role = 'targets' AND run_id = ?",
