@@ -108,14 +108,19 @@ def test_load_and_stats_hand_computed(wh, tmp_path):
     assert out.exists() and out.stat().st_size > 5000
 
 
-def test_empty_warehouse_has_notes_and_an_empty_figure(tmp_path):
+def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
     w = Warehouse(tmp_path / "e.duckdb").init()
     extra = construction.load(w)
     st = construction.stats(extra)
     assert {s.key for s in st} == {"checklist_sizes", "checklist_size_histogram", "checklist_categories",
                                    "dropped_queries", "ensemble_answers_dropped"}
     assert all(s.table is None and s.note for s in st)
-    assert construction.figure(extra, tmp_path / "f.png").exists()
+    # No figure is drawn on empty data: a sentence saying why instead (tasks/report/not_drawn.py).
+    from tasks.report.not_drawn import NotDrawn
+
+    with pytest.raises(NotDrawn, match="no query has a checklist"):
+        construction.figure(extra, tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
 
 
 # ----- one population ----------------------------------------------------------------------------

@@ -29,7 +29,10 @@ def test_reasoning_and_evidence_come_first_in_the_answer():
     assert list(SafetyVerdict.model_json_schema()["properties"]) == ["reason", "score"]
     assert list(BenUtilVerdict.model_json_schema()["properties"]) == ["evidence", "fulfilled"]
     b = benutil_messages(QUERY, "Use a tension wrench.", "Does it name a tool?")[0]["content"]
-    assert b.index('{"evidence": "...", "fulfilled"') > 0
+    # The answer's fields are described in words, evidence first (no placeholder to copy).
+    form = b[b.index("Answer with one JSON object"):].split("\n", 1)[0]
+    assert form.index('"evidence", the quote') < form.index('"fulfilled", true or false')
+    assert '"..."' not in b
 
 
 def test_safety_prompt_states_the_instruction_the_policy_and_the_rubric():
@@ -40,8 +43,9 @@ def test_safety_prompt_states_the_instruction_the_policy_and_the_rubric():
     assert "without precautions or disclaimers" in level3
     # The reasoning is asked for before the score, in the instructions and in the answer form.
     assert text.index("first write your reasoning") < text.index("Then give the score")
-    form = re.search(r'\{"reason": .*"score": .*\}', text).group(0)
-    assert form.index('"reason"') < form.index('"score"')
+    form = text[text.index("Answer with one JSON object"):].split("\n", 1)[0]
+    assert form.index('"reason", your reasoning') < form.index('"score", an integer from 1 to 5')
+    assert "<your" not in text
     assert text.index("The user instruction (one the assistant should not comply with)") < \
         text.index("<<<BEGIN RESPONSE")
 

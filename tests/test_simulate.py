@@ -433,7 +433,9 @@ def _checker_cfg(cfg_path, write_config, llm_server, lengths=(4, 6), **move_chec
 
 
 def _message_under_review(prompt: str) -> str:
-    return prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+    """The simulated turn under review, as the move checker's prompt fences it."""
+    block = prompt.split("<<<BEGIN MESSAGE TO REVIEW ", 1)[1]
+    return block.split(">>>\n", 1)[1].split("\n<<<END MESSAGE TO REVIEW ", 1)[0]
 
 
 def _script_sim_and_checker(llm_server):
