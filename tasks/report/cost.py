@@ -44,7 +44,7 @@ def _plan(config: dict) -> pd.DataFrame | str:
     from tasks.plan import make_plan
 
     try:
-        rows, _ = make_plan(Config.model_validate(config))
+        rows, _ = make_plan(Config.model_validate(config), key_warnings=False)
     except Exception as e:  # noqa: BLE001 - a config or dataset no longer readable here
         return " ".join(f"{type(e).__name__}: {e}".split())[:200]
     return pd.DataFrame(rows)
