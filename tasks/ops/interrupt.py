@@ -112,6 +112,12 @@ def _mute_logs() -> None:
     for lg in loggers:
         for h in getattr(lg, "handlers", []) or []:
             h.addFilter(drop)
+            _muted.append((h, drop))
+
+
+# The (handler, filter) pairs the stop added: reset() takes them off again, so a process that
+# runs again (a test session, a notebook) logs as before.
+_muted: list = []
 
 
 async def _stop_after_grace() -> None:
@@ -215,6 +221,9 @@ def run(make_coro: Callable[[], Awaitable], grace_s: float | None = None):
 
 
 def reset() -> None:
-    """Forget a stop (tests, and a process that runs more than once)."""
+    """Forget a stop (tests, and a process that runs more than once), its muted logs too."""
     global _state
     _state = _State()
+    while _muted:
+        handler, drop = _muted.pop()
+        handler.removeFilter(drop)
