@@ -38,7 +38,7 @@ import json
 import re
 from pathlib import Path
 
-from tasks.data import DataError
+from tasks.data import DataError, read_dataset
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
@@ -58,7 +58,7 @@ DRAW_SALT = "clarifymt-ambignq-v1"
 def _read(path) -> object:
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_dataset(path).decode("utf-8"))  # checked: no FIFO, size limit
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read the file ({e})") from None
     except json.JSONDecodeError as e:

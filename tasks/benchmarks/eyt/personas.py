@@ -28,12 +28,13 @@ wrote in the published shapes.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.data import DataError
+from tasks.data import DataError, read_dataset
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
@@ -104,7 +105,7 @@ def make_item(source: str, persona_id: str, persona: str, traj: dict, row: int) 
 
 def _json(path: Path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_dataset(path).decode("utf-8"))  # checked: no FIFO, size limit
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read the file ({e})") from None
     except json.JSONDecodeError as e:
@@ -167,7 +168,7 @@ def _nemotron_rows(path: Path) -> list[dict]:
         return table.to_pylist()
     rows = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_dataset(path).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read the file ({e})") from None
     for i, line in enumerate(lines):
@@ -206,10 +207,9 @@ def _personamem_text(prefs: list[str], intro: str | None) -> str:
 
 def personamem_csv_items(path: Path, trajs: list[dict]) -> list[Item]:
     try:
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            header = reader.fieldnames or []
-            rows = list(reader)
+        reader = csv.DictReader(io.StringIO(read_dataset(path).decode("utf-8"), newline=""))
+        header = reader.fieldnames or []
+        rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"{path}: cannot read the CSV file ({e})") from None
     if "persona_id" not in header:
