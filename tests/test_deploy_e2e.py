@@ -264,6 +264,13 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
 _BATCH_COLS = {"run_id", "created", "latency_s", "judgment_set_id"}
 
 
+def _same_number(v):
+    """A float to 12 significant digits. DuckDB's avg() adds in storage order, and a merged
+    warehouse stores the shards' rows in another order than the single run: the same mean
+    can then differ in its last bit (58.333333333333336 against 58.33333333333334)."""
+    return float(f"{v:.12g}") if isinstance(v, float) else v
+
+
 def _comparable(path: Path) -> dict[str, list[tuple]]:
     """Every table's and view's rows, minus what differs between runs by design: per-run
     records (tables keyed by run_id: runs, llm_calls) and the batch columns above."""
@@ -292,7 +299,7 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
             col_sql = ", ".join(f'"{c}"' for c in keep)
             rows = con.execute(f'SELECT DISTINCT {col_sql} FROM "{rel}"' if name == "judgment_sets"
                                else f'SELECT {col_sql} FROM "{rel}"').fetchall()
-            out[name] = sorted(rows, key=repr)
+            out[name] = sorted((tuple(_same_number(v) for v in r) for r in rows), key=repr)
     finally:
         con.close()
     return out
