@@ -1,61 +1,60 @@
-"""Stage 2's core: multi-turn conversations between a user simulator and each target model.
+"""Stage 2's core: multi-turn conversations between a user simulator and each target model,
+played by the engine's one play loop (tasks/engine/episode.py) and stored as CarryOnBench's
+``conversations`` / ``turns`` / ``move_checks``.
 
 Per (target, query): the oracle conversation (one answer to the oracle prompt) and one
-conversation per sampled flow. Turn 1 is the query verbatim; for each move the simulator
-writes the user turn (from the move's template and the conversation so far; only the
-benign-clarification moves also see the benign intent) and the target answers the whole
-history.
+conversation per sampled flow, each an episode of the spec's conditions: turn 1 is the query
+verbatim; for each move the scripted user policy (tasks/users/scripted.py) writes the user
+turn (from the move's template and the conversation so far; only the benign-clarification
+moves also see the benign intent) and the target answers the whole history.
 
 Prefix sharing (this project's choice; the paper does not say how it sampled shared prefixes):
-an exchange is a node of a prefix tree keyed by its move prefix (``()`` = the answer to the
-bare query). With ``flows.share_prefix`` every conversation of a (target, query) walks the
-same tree, so a prefix is simulated once and its sampled calls carry a sample key derived from
-(target, query, prefix); the 15 conversations of a query share the first answer, which makes
-them correlated (Table 2's intervals are therefore clustered by query). Without it, each
-conversation has its own tree and its sampled calls are keyed by (conversation, turn). Either
-way, a rerun replays every call from the gateway's cache.
+with ``flows.share_prefix`` a sampled call's key derives from (target, query, move prefix)
+(``PrefixKeys``, tasks/engine/keys.py), so the 15 conversations of a query share the first
+answer and every common prefix, which makes them correlated (Table 2's intervals are
+therefore clustered by query). Within one (target, query) identical calls are made once
+(``SharedCalls``): a prefix is simulated once, and a failure in it ends every conversation
+through it alike. Without sharing, each conversation's sampled turns have keys of their own.
+Either way, a rerun replays every call from the gateway's cache.
 
-Failures are data: a failed call ends that conversation (and only the conversations through
-that prefix) with a termination reason; its turns so far are stored, the failed turn is not.
-One exception: a target answer the provider refused to produce (gateway error kind
-``content_blocked``) is a refusal, not a lost conversation. It is stored as an assistant turn
-with ``blocked`` = True and the fixed text ``BLOCKED_CONTENT`` (which the target and the
-simulator also see in the history), and the conversation goes on.
+Failures are data: a failed call ends that conversation with a termination reason; its turns
+so far are stored, the failed turn is not. One exception: a target answer the provider
+refused to produce (gateway error kind ``content_blocked``) is a refusal, not a lost
+conversation: stored as an assistant turn with ``blocked`` = True and the fixed text
+``BLOCKED_CONTENT`` (which the target and the simulator also see in the history), and the
+conversation goes on (the spec's ``after_block: continue``).
 
 Move checking (optional, ``models.move_checker``; tasks/move_checker.py): every simulated user
-turn is judged; a failing one is sampled again under a new sample key (derived from the turn's
-own key, so it stays a function of the prefix) up to ``move_check.max_resamples`` times, and
-the last candidate is kept. The step is one node of the prefix tree, so every conversation
-through that prefix gets the same resampled turn and continues from it. Without a checker no
-call or key changes.
+turn is judged and a failing one sampled again (tasks/users/scripted.py); every conversation
+through that prefix gets the same resampled turn. Without a checker no call or key changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 
-from tasks.bench import CarryOnConditions, carryon_conditions, load_spec, module
+from tasks.bench import carryon_conditions, load_spec
+from tasks.engine.episode import BLOCKED_CONTENT, Played, play
 from tasks.engine.items import Item
+from tasks.engine.keys import PrefixKeys, conversation_id
 from tasks.flowgen import SampledFlow
-from tasks.move_checker import CHECKER_ROLE, check_turn
+from tasks.move_checker import CHECKER_ROLE
 # The planning (call counts per role) is its own module; re-exported here, where the plan
 # stage and tests import it. The role names live there too, so it does not import this one.
 from tasks.simulate_plan import (  # noqa: F401
     SIMULATOR_ROLE, TARGET_ROLE, _query_calls, flows_for, plan_calls,
 )
+from tasks.targets import Seat
+from tasks.targets.llm import LLM
+from tasks.users.base import MoveCheck, PolicyEnv
+
+__all__ = ["BLOCKED_CONTENT", "SimQuery", "conversation_id", "simulate_batch", "simulate_query"]
 
 log = logging.getLogger("carryon.simulate")
 
 STATUSES = ("completed", "target_error", "simulator_error", "context_exceeded", "move_check_failed")
-# The gateway's error kind for an answer the provider refused to produce (finish reason
-# content_filter, or an error the provider marks as a safety block).
-BLOCKED_KIND = "content_blocked"
-# What a blocked assistant turn holds (turns.content) and what later turns see in the history.
-BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
 # Conversations are written in groups of about this many (whole (target, query) slices), so a
 # killed run loses at most one group of bookkeeping; its calls stay in the cache regardless.
 FLUSH_EVERY = 50
@@ -71,46 +70,6 @@ class SimQuery:
     oracle_prompt: str
 
 
-def _hash(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
-
-
-def conversation_id(target: str, query_id: str, flow_id: str) -> str:
-    return _hash("conversation", target, query_id, flow_id)[:32]
-
-
-def prefix_sample_key(role: str, target: str, query_id: str, prefix) -> str:
-    """Shared mode: the same (target, query, move prefix) gives the same sample."""
-    return _hash("prefix", role, target, query_id, list(prefix))
-
-
-def conversation_sample_key(role: str, conv_id: str, position: int) -> str:
-    """Independent mode: every conversation samples its own turns."""
-    return _hash("conversation", role, conv_id, position)
-
-
-def resample_key(sample_key: str, attempt: int) -> str:
-    """The sample key of the ``attempt``-th resample of a user turn (attempt 0 = the key)."""
-    return sample_key if attempt == 0 else _hash("resample", sample_key, attempt)
-
-
-@dataclass
-class _Step:
-    """One exchange: the user turn and the target's answer (or the failure that ended it)."""
-
-    move: str
-    user: str | None = None
-    user_hash: str | None = None
-    answer: str | None = None
-    answer_hash: str | None = None
-    messages: list = field(default_factory=list)  # the history through this exchange
-    status: str | None = None  # None = ok; else a termination reason
-    error: str | None = None
-    error_hash: str | None = None
-    blocked: bool = False  # the provider blocked the answer (stored as a refusal)
-    checks: list = field(default_factory=list)  # move checker rows, one per attempt
-
-
 @dataclass
 class ConversationResult:
     row: dict
@@ -118,169 +77,34 @@ class ConversationResult:
     checks: list[dict] = field(default_factory=list)  # move_checks rows
 
 
-def _failure(status: str, r) -> tuple[str, str, str]:
-    if r.error_kind == "context_exceeded":
-        status = "context_exceeded"
-    return status, f"{r.error_kind}: {r.error}", r.call_hash
+class SharedCalls:
+    """The gateway, but each distinct chat call is made once while this object lives (one
+    (target, query)): conversations through a common prefix await the same answer, or the
+    same failure, as a prefix tree would give them."""
+
+    def __init__(self, gateway):
+        self._gw, self._calls = gateway, {}
+
+    async def chat(self, spec, role, messages, *, schema=None, sample_key=None, live=False):
+        key = (role, self._gw.chat_key(spec, messages, schema, sample_key), live)
+        task = self._calls.get(key)
+        if task is None:
+            task = self._calls[key] = asyncio.ensure_future(self._gw.chat(
+                spec, role, messages, schema=schema, sample_key=sample_key, live=live))
+        return await task
+
+    def __getattr__(self, name):
+        return getattr(self._gw, name)
 
 
-class QuerySimulation:
-    """The conversations of one (target, query): a memoised prefix tree of exchanges."""
+@dataclass(frozen=True)
+class _Models:
+    """The models the policies ask the run for, by role (PolicyEnv.config's one method)."""
 
-    def __init__(self, gateway, target, simulator, q: SimQuery, *, share_prefix: bool = True,
-                 run_id: str | None = None, checker=None, max_resamples: int = 2,
-                 exclude_failing: bool = False, conditions: CarryOnConditions | None = None,
-                 spec=None):
-        self.gw, self.target, self.sim, self.q = gateway, target, simulator, q
-        self.share, self.run_id = share_prefix, run_id
-        self.checker, self.max_resamples, self.exclude_failing = checker, max_resamples, exclude_failing
-        self._steps: dict[tuple, asyncio.Future] = {}
-        # The spec names the conditions and the user policy that writes the follow-up turns
-        # (both groups share prefixes, so one policy and one intent key serve both).
-        self.spec = spec or load_spec()
-        self.names = conditions or carryon_conditions(self.spec)
-        followup = self.spec.condition(self.names.bc)
-        self.user, self.followup = module("tasks.users", followup.user).POLICY, followup
-        self.item = Item(q.query_id, -1, {"query": q.query, "oracle": q.oracle_prompt},
-                         {self.names.intent: q.intent})
+    by_role: dict
 
-    # ----- the tree ------------------------------------------------------------------------
-    def _key(self, role: str, conv_id: str, prefix: tuple, position: int) -> str:
-        if self.share:
-            return prefix_sample_key(role, self.target.name, self.q.query_id, prefix)
-        return conversation_sample_key(role, conv_id, position)
-
-    def step(self, conv_id: str, prefix: tuple) -> asyncio.Future:
-        scope = "" if self.share else conv_id
-        slot = (scope, prefix)
-        fut = self._steps.get(slot)
-        if fut is None:
-            fut = self._steps[slot] = asyncio.ensure_future(self._compute(conv_id, prefix))
-        return fut
-
-    async def _compute(self, conv_id: str, prefix: tuple) -> _Step:
-        if not prefix:  # turn 1: the query verbatim, then the target's first answer
-            s = _Step(move="query", user=self.q.query)
-            history: list[dict] = []
-        else:
-            parent = await self.step(conv_id, prefix[:-1])
-            s = _Step(move=prefix[-1])
-            history = parent.messages
-            if not await self._user_turn(s, history, conv_id, prefix):
-                return s
-        messages = history + [{"role": "user", "content": s.user}]
-        r = await self.gw.chat(self.target, TARGET_ROLE, messages,
-                               sample_key=self._key(TARGET_ROLE, conv_id, prefix, 2 * len(prefix) + 1))
-        if not self._answer(s, r):
-            return s
-        s.messages = messages + [{"role": "assistant", "content": s.answer}]
-        return s
-
-    def _answer(self, s: _Step, r) -> bool:
-        """Store the target's answer on the step; False when the call failed (the step ends
-        its conversations). A provider block is an answer: a refusal, marked blocked."""
-        if r.ok:
-            s.answer, s.answer_hash = r.content, r.call_hash
-            return True
-        if r.error_kind == BLOCKED_KIND:
-            s.answer, s.answer_hash, s.blocked = BLOCKED_CONTENT, r.call_hash, True
-            return True
-        s.status, s.error, s.error_hash = _failure("target_error", r)
-        return False
-
-    async def _user_turn(self, s: _Step, history: list[dict], conv_id: str, prefix: tuple) -> bool:
-        """The user policy's turn for the step's move (checked and resampled when a move
-        checker is configured); False when the first sample failed (the step ends)."""
-        base = self._key(SIMULATOR_ROLE, conv_id, prefix, 2 * len(prefix))
-        attempts = 1 + (self.max_resamples if self.checker is not None else 0)
-        seen: set[str] = set()
-        for attempt in range(attempts):
-            key = resample_key(base, attempt)
-            r = await self.user.write(self.gw, self.sim, self.item, self.followup, s.move,
-                                      history, key)
-            text = r.content or ""
-            if not text:
-                if attempt:  # a failed resample: keep the last candidate
-                    break
-                status = ("context_exceeded" if r.error_kind == "context_exceeded"
-                          else "simulator_error")
-                s.status, s.error, s.error_hash = status, r.error, r.call_hash
-                return False
-            if r.call_hash in seen:  # a greedy simulator answers the same: nothing new to check
-                break
-            seen.add(r.call_hash)
-            s.user, s.user_hash = text, r.call_hash
-            if self.checker is None:
-                break
-            c = await check_turn(self.gw, self.checker, s.move, self.q.intent, history, text,
-                                 sample_key=_hash("check", key))
-            s.checks.append({"attempt": attempt, "move": s.move, "content": text,
-                             "sim_call_hash": r.call_hash, "realises_move": c.realises_move,
-                             "reveals_purpose": c.reveals_purpose, "passed": c.passed,
-                             "kept": False, "reasoning": c.reasoning, "error": c.error,
-                             "call_hash": c.call_hash})
-            if c.passed is not False:  # passed, or unchecked (the checker call failed)
-                break
-        if s.checks:
-            s.checks[-1]["kept"] = True
-        return True
-
-    @staticmethod
-    def _check_failed(s: _Step) -> bool:
-        return bool(s.checks) and s.checks[-1]["passed"] is False
-
-    # ----- conversations -------------------------------------------------------------------
-    async def run_flow(self, flow: SampledFlow) -> ConversationResult:
-        cid = conversation_id(self.target.name, self.q.query_id, flow.flow_id)
-        steps: list[_Step] = []
-        for k in range(flow.n_moves + 1):
-            s = await self.step(cid, tuple(flow.moves[:k]))
-            steps.append(s)
-            if s.status:
-                break
-        return self._result(cid, flow.flow_id, self.names.of_group(flow.condition), flow.length,
-                            flow.n_moves, steps)
-
-    async def run_oracle(self) -> ConversationResult:
-        # The ids and the sample key say "oracle" whatever the spec calls the condition: they
-        # are cache and warehouse keys, and renaming a condition must not invalidate them.
-        cond = self.spec.condition(self.names.oracle)
-        cid = conversation_id(self.target.name, self.q.query_id, "oracle")
-        s = _Step(move="oracle", user=self.item.prompts[cond.prompt])
-        key = (prefix_sample_key(TARGET_ROLE, self.target.name, self.q.query_id, ["oracle"])
-               if self.share else conversation_sample_key(TARGET_ROLE, cid, 1))
-        r = await self.gw.chat(self.target, TARGET_ROLE, [{"role": "user", "content": s.user}],
-                               sample_key=key)
-        self._answer(s, r)
-        return self._result(cid, "oracle", cond.name, 2, 0, [s])
-
-    def _result(self, cid, fid, condition, length, n_moves, steps: list[_Step]) -> ConversationResult:
-        turns, checks = [], []
-        for k, s in enumerate(steps):
-            if s.user is not None:
-                turns.append({"conversation_id": cid, "position": 2 * k, "role": "user",
-                              "model_turn": k + 1, "move": s.move, "content": s.user,
-                              "call_hash": s.user_hash, "blocked": None})
-                checks += [{"conversation_id": cid, "position": 2 * k, **c} for c in s.checks]
-            if s.answer is not None:
-                turns.append({"conversation_id": cid, "position": 2 * k + 1, "role": "assistant",
-                              "model_turn": k + 1, "move": s.move, "content": s.answer,
-                              "call_hash": s.answer_hash, "blocked": s.blocked})
-        last = steps[-1]
-        status, error, error_hash = last.status or "completed", last.error, last.error_hash
-        failed = [(k, s) for k, s in enumerate(steps) if self._check_failed(s)]
-        flagged = bool(failed) if checks else None
-        if failed and self.exclude_failing and status == "completed":
-            k, s = failed[0]
-            status, error_hash = "move_check_failed", s.checks[-1]["call_hash"]
-            error = (f"move_check_failed: user turn {k + 1} ({s.move}) failed the move check "
-                     f"after {len(s.checks) - 1} resample(s)")
-        row = {"conversation_id": cid, "target": self.target.name, "query_id": self.q.query_id,
-               "flow_id": fid, "condition": condition, "length": length, "n_moves": n_moves,
-               "status": status, "error": error, "error_call_hash": error_hash,
-               "n_turns": len(turns), "run_id": self.run_id, "move_check_failed": flagged,
-               "n_blocked": sum(1 for s in steps if s.blocked)}
-        return ConversationResult(row, turns, checks)
+    def role_spec(self, role: str):
+        return self.by_role[role]
 
 
 async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[SampledFlow], *,
@@ -288,10 +112,56 @@ async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[Sa
                          max_resamples: int = 2, exclude_failing: bool = False,
                          spec=None) -> list[ConversationResult]:
     """The oracle conversation and one conversation per flow, for one target and query."""
-    qs = QuerySimulation(gateway, target, simulator, q, share_prefix=share_prefix, run_id=run_id,
-                         checker=checker, max_resamples=max_resamples,
-                         exclude_failing=exclude_failing, spec=spec)
-    return list(await asyncio.gather(qs.run_oracle(), *(qs.run_flow(f) for f in flows)))
+    spec = spec or load_spec()
+    names = carryon_conditions(spec)
+    env = PolicyEnv(SharedCalls(gateway), _Models({SIMULATOR_ROLE: simulator}),
+                    keys=PrefixKeys(share_prefix, names.oracle),
+                    move_check=MoveCheck(checker, max_resamples) if checker is not None else None)
+    item = Item(q.query_id, -1, {"query": q.query, "oracle": q.oracle_prompt},
+                {names.intent: q.intent})
+    seat = Seat(target.name, "llm", LLM(), target)
+    oracle = spec.condition(names.oracle)
+    work = [(oracle, (), 2)] + [(spec.condition(names.of_group(f.condition)), f.moves, f.length)
+                                for f in flows]
+    played = await asyncio.gather(*(play(env, spec, item, cond, seat, run_id, moves)
+                                    for cond, moves, _ in work))
+    return [_conversation(p, q.query_id, moves, length, cond.name == oracle.name,
+                          run_id, exclude_failing)
+            for p, (cond, moves, length) in zip(played, work)]
+
+
+def _conversation(p: Played, query_id: str, moves: tuple, length: int, is_oracle: bool,
+                  run_id: str | None, exclude_failing: bool) -> ConversationResult:
+    """An episode as CarryOnBench's rows: each turn says its move (``query`` for turn 1,
+    ``oracle`` for the oracle's), the conversation its flow, length and move-check flag."""
+    target = p.episode["target"]
+    fid = "oracle" if is_oracle else ">".join(moves)
+    cid = conversation_id(target, query_id, fid)
+
+    def move(model_turn: int) -> str:
+        return "oracle" if is_oracle else ("query" if model_turn == 1 else moves[model_turn - 2])
+
+    turns = [{"conversation_id": cid, "position": t["position"], "role": t["role"],
+              "model_turn": t["model_turn"], "move": move(t["model_turn"]),
+              "content": t["content"], "call_hash": t["call_hash"], "blocked": t["blocked"]}
+             for t in p.turns]
+    checks = [{"conversation_id": cid, **c} for c in p.checks]
+    ep = p.episode
+    status, error, error_hash = ep["status"], ep["error"], ep["error_call_hash"]
+    kept = [c for c in checks if c["kept"]]  # one per checked user turn
+    failed = [c for c in kept if c["passed"] is False]
+    if failed and exclude_failing and status == "completed":
+        c = failed[0]
+        status, error_hash = "move_check_failed", c["call_hash"]
+        error = (f"move_check_failed: user turn {c['position'] // 2 + 1} ({c['move']}) failed "
+                 f"the move check after {c['attempt']} resample(s)")
+    row = {"conversation_id": cid, "target": target, "query_id": query_id, "flow_id": fid,
+           "condition": ep["condition"], "length": length, "n_moves": len(moves),
+           "status": status, "error": error, "error_call_hash": error_hash,
+           "n_turns": len(turns), "run_id": run_id,
+           "move_check_failed": bool(failed) if checks else None,
+           "n_blocked": sum(1 for t in turns if t["blocked"])}
+    return ConversationResult(row, turns, checks)
 
 
 def write_results(warehouse, results: list[ConversationResult]) -> int:

@@ -344,7 +344,8 @@ def test_single_turn_policy_stops():
 def test_scripted_user_follows_carryonbench_flows(monkeypatch):
     from tasks.bench import ScriptSpec
     from tasks.flowgen import get_move, sample_flows
-    from tasks.users.scripted import POLICY
+    from tasks.users.scripted import Scripted
+    POLICY = Scripted()
 
     item = Item("i2", 0, {"q": "How do locks fail?"}, {"intent": "I repair doors for a living."})
     cond = ConditionSpec(name="bc", prompt="q", user="scripted", max_turns=6,

@@ -13,7 +13,10 @@ its termination reason; a failed call ends it with status ``target_error``,
 kept, the metric views leave it out).
 
 A target turn the provider blocked is stored as a refusal (``blocked``, a marker text) and
-ends the episode as ``answered``: the target answered, with a refusal.
+ends the episode as ``answered``: the target answered, with a refusal; unless the user policy
+``continues_after_block`` (CarryOnBench's scripted user), which then answers it like any turn.
+A user turn may carry the move checker's verdicts on its candidates (``UserTurn.checks``):
+they are kept beside the turns (``Played.checks``, with the turn's position).
 
 Sample keys derive from the transcript so far: episodes (of one target) that share a prefix
 share its sampled calls, and a rerun replays them (the gateway's cache sends nothing).
@@ -70,6 +73,7 @@ class Played:
 
     episode: dict
     turns: list[dict] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)  # move checks: position + UserTurn.checks
 
 
 def opening(item: Item, condition: ConditionSpec) -> str | None:
@@ -99,6 +103,8 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
               "aside": None}]
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
+    checks: list[dict] = []
+    continues_after_block = getattr(user, "continues_after_block", False)
     for t in replayed_prefix(user, item, condition, plan):
         model_turns += t["role"] == "assistant"
         turns.append({"episode_id": eid, "position": len(turns), "role": t["role"],
@@ -123,7 +129,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
                       # the transcript the user policy reads
                       "aside": getattr(r, "aside", None)})
         transcript.append({"role": "assistant", "content": content})
-        if blocked:
+        if blocked and not continues_after_block:
             termination = ANSWERED
             break
         state = EpisodeState(item, condition, seat.name, list(transcript), model_turns, plan)
@@ -146,6 +152,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
             status = "context_exceeded" if nxt.error_kind == "context_exceeded" else "simulator_error"
             termination, error, error_hash = ERROR, nxt.error, nxt.call_hash
             break
+        checks += [{"position": len(turns), **c} for c in nxt.checks]
         turns.append({"episode_id": eid, "position": len(turns), "role": "user",
                       "model_turn": model_turns + 1, "content": nxt.content,
                       "call_hash": nxt.call_hash, "blocked": None, "act": None,
@@ -156,7 +163,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
            "script": ">".join(plan) if plan else None,
            "status": status, "termination": termination, "n_turns": len(turns),
            "error": error, "error_call_hash": error_hash, "run_id": run_id}
-    return Played(row, turns)
+    return Played(row, turns, checks)
 
 
 def run_seats(cfg) -> list[Seat]:

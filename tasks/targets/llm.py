@@ -5,7 +5,6 @@ share a prefix share its sampled calls and a rerun replays them)."""
 from __future__ import annotations
 
 from tasks.engine.registry import target_policy
-from tasks.users.base import PolicyEnv
 
 TARGET_ROLE = "targets"
 
@@ -16,7 +15,5 @@ class LLM:
     takes_model = True
 
     async def respond(self, env, seat, state):
-        transcript = list(state.transcript)
-        return await env.gateway.chat(
-            seat.model, TARGET_ROLE, transcript,
-            sample_key=PolicyEnv.sample_key(seat.model, "target", transcript))
+        return await env.gateway.chat(seat.model, TARGET_ROLE, list(state.transcript),
+                                      sample_key=env.target_key(seat, state))

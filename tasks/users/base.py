@@ -56,6 +56,9 @@ class UserTurn:
     # The act the policy read of the target's last turn (stored on that turn), if any.
     act: str | None = None
     act_call_hash: str | None = None
+    # The move checker's verdicts on this turn's candidates (move_checks rows without their
+    # conversation and position), one per attempt, the kept one last.
+    checks: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,39 @@ class Stop:
     act_call_hash: str | None = None
 
 
+@dataclass(frozen=True)
+class MoveCheck:
+    """Check every scripted user turn with ``checker`` and sample a failing one again, up to
+    ``max_resamples`` times (tasks/move_checker.py)."""
+
+    checker: object  # the move checker's resolved model
+    max_resamples: int = 2
+
+
 @dataclass
 class PolicyEnv:
-    """What a policy may use: the gateway and the resolved models of its roles."""
+    """What a policy may use: the gateway, the resolved models of its roles, the run's
+    sample-key scheme (tasks/engine/keys.py; None: by transcript) and its move check."""
 
     gateway: object
     config: object
+    keys: object | None = None
+    move_check: MoveCheck | None = None
 
     def spec(self, role: str):
         return self.config.role_spec(role)
+
+    def target_key(self, seat, state) -> str | None:
+        """The sample key of the target's next answer in ``state``."""
+        if self.keys is not None:
+            return self.keys.target(seat, state)
+        return self.sample_key(seat.model, "target", state.transcript)
+
+    def user_key(self, spec, state, move: str = "") -> str | None:
+        """The sample key of the user turn the policy writes next in ``state``."""
+        if self.keys is not None:
+            return self.keys.user(state)
+        return self.sample_key(spec, "user", state.transcript, move)
 
     @staticmethod
     def sample_key(spec, kind: str, transcript: list[dict], extra: str = "") -> str | None:

@@ -9,23 +9,51 @@ written by the simulator from the move's template (``prompts/user/<move>.j2``) w
 conversation so far; only benign-clarification moves see the item's benign intent
 (``item.hidden[script.intent]``, default ``intent``). When the script is spent the episode
 ends (``turn_cap``).
+
+CarryOnBench plays its conversations with this policy (tasks/simulate.py), with two of its
+rules as the policy's arguments and the run's settings:
+
+- ``after_block: continue``: a target turn the provider blocked is a refusal the user answers
+  like any other (the engine's default, ``end``, closes the episode as answered);
+- a move check (``PolicyEnv.move_check``, from ``models.move_checker``): every user turn is
+  judged; a failing one is sampled again under a new key (``tasks/engine/keys.py``) up to
+  ``max_resamples`` times and the last candidate is kept. Each candidate's verdict travels on
+  the turn (``UserTurn.checks``). A greedy simulator that writes the same turn again ends
+  the resampling: there is nothing new to check.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
 import prompts
+from tasks.engine.keys import check_key, resample_key
 from tasks.engine.registry import user_policy
 from tasks.flowgen import get_move, moves_for, sample_flows
+from tasks.move_checker import check_turn
 from tasks.untrusted import cap_transcript
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 
 SIMULATOR = "user_simulator"
 
 
-@user_policy("scripted", roles=(SIMULATOR,))
+class ScriptedArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    after_block: Literal["end", "continue"] = "end"
+
+
+@user_policy("scripted", args=ScriptedArgs, roles=(SIMULATOR,))
 class Scripted:
     name = "scripted"
     roles: tuple[str, ...] = (SIMULATOR,)
+
+    def __init__(self, args: ScriptedArgs | None = None):
+        # Read by the engine's play loop after a blocked target turn.
+        self.continues_after_block = (args or ScriptedArgs()).after_block == "continue"
 
     def plans(self, item, condition, seed: int) -> list[tuple[str, ...]]:
         s = condition.script
@@ -42,18 +70,53 @@ class Scripted:
             return Stop(TURN_CAP)
         move = state.plan[k]
         spec = env.spec(SIMULATOR)
-        return await self.write(env.gateway, spec, state.item, state.condition, move,
-                                state.transcript,
-                                env.sample_key(spec, "user", state.transcript, move))
+        key = env.user_key(spec, state, move)
+        if env.move_check is None:
+            return await self.write(env.gateway, spec, state.item, state.condition, move,
+                                    state.transcript, key)
+        return await self._checked(env, spec, state, move, key)
+
+    async def _checked(self, env, spec, state, move: str, key: str | None) -> UserTurn:
+        """The user turn for ``move``, checked and resampled (see the module docstring); an
+        error only when the first sample failed."""
+        mc = env.move_check
+        intent = state.item.hidden.get(self._intent_key(state.condition))
+        kept, checks, seen = None, [], set()
+        for attempt in range(1 + mc.max_resamples):
+            k = resample_key(key, attempt)
+            turn = await self.write(env.gateway, spec, state.item, state.condition, move,
+                                    state.transcript, k)
+            if not turn.content:
+                if attempt:  # a failed resample: keep the last candidate
+                    break
+                return turn
+            if turn.call_hash in seen:  # the same turn again: nothing new to check
+                break
+            seen.add(turn.call_hash)
+            kept = turn
+            c = await check_turn(env.gateway, mc.checker, move, intent, state.transcript,
+                                 turn.content, sample_key=check_key(k))
+            checks.append({"attempt": attempt, "move": move, "content": turn.content,
+                           "sim_call_hash": turn.call_hash, "realises_move": c.realises_move,
+                           "reveals_purpose": c.reveals_purpose, "passed": c.passed,
+                           "kept": False, "reasoning": c.reasoning, "error": c.error,
+                           "call_hash": c.call_hash})
+            if c.passed is not False:  # passed, or unchecked (the checker call failed)
+                break
+        checks[-1]["kept"] = True
+        return replace(kept, checks=tuple(checks))
+
+    @staticmethod
+    def _intent_key(condition) -> str:
+        return condition.script.intent if condition.script else "intent"
 
     async def write(self, gateway, spec, item, condition, move: str, transcript: list[dict],
                     sample_key: str | None) -> UserTurn:
         """The user turn for ``move`` after ``transcript``, written by the simulator under the
-        given sample key. CarryOnBench's simulate stage calls this directly: it keys the
-        sample by its prefix tree (and resamples a turn that fails the move check)."""
+        given sample key."""
         ctx = {"history": cap_transcript(transcript), "move": move}  # a long turn is cut
         if get_move(move).knows_intent:  # only benign clarification is told the intent
-            key = condition.script.intent if condition.script else "intent"
+            key = self._intent_key(condition)
             intent = item.hidden.get(key)
             if not intent:
                 return UserTurn(None, None, error=f"invalid_input: item {item.item_id} "
@@ -77,5 +140,3 @@ class Scripted:
             return {}
         return {SIMULATOR: max(moves_for(n) for n in s.lengths)}
 
-
-POLICY = Scripted()
