@@ -27,8 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.categories import ALIASES, CATEGORIES, Category, lookup
-from tasks.config import Config, ConfigError
-from tasks.input_files import InputFileError, read_input_bytes
+from tasks.config import Config
+# DataError and read_dataset live beside the loaders' field helpers; the loaders and flows that
+# import them from here still may.
+from tasks.datasets.fields import (  # noqa: F401 - DataError, read_dataset: re-exported
+    DataError, Style, json_lines, loads, read_dataset, read_json, read_text)
 
 SAMPLE_PATH = Path(__file__).parent / "datasets" / "sample_casebench.json"
 
@@ -46,10 +49,11 @@ CONTEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "recipient": ("type", "background"),
     "transmission_principle": ("urgency", "sender_purpose", "confidentiality", "source_accountability"),
 }
-class DataError(ConfigError):
-    """A problem in a dataset file or the dataset selection; the message names the file, the
-    row and the field. (A ConfigError, so every command that reports config problems as a
-    one-line error reports these the same way.)"""
+
+# CASE-Bench's and SORRY-Bench's wording of an unreadable file (tests and scripts match it).
+STYLE = Style(cannot_read="{path}: cannot read: {strerror}",
+              not_utf8="{path}: not UTF-8 text: {reason}",
+              not_json="{where}: not valid JSON (line {line}, column {column}): {msg}")
 
 
 @dataclass(frozen=True)
@@ -177,35 +181,11 @@ def _check_category(value: str, where: str) -> Category:
     return cat
 
 
-def _loads(text: str, where: str):
-    try:
-        return json.loads(text)
-    except RecursionError:  # json's C parser recurses per nesting level
-        raise DataError(f"{where}: JSON nested too deeply to be a dataset file") from None
-
-
 # ----- loaders -------------------------------------------------------------------------------
-def read_dataset(path) -> bytes:
-    """A dataset file's bytes, checked first (tasks/input_files.py): a FIFO, a device, a
-    folder or a file past the size limit is one DataError line; a missing file raises
-    FileNotFoundError for the loader's own message."""
-    try:
-        return read_input_bytes(path, "dataset")
-    except InputFileError as e:
-        raise DataError(str(e)) from None
-
-
 def load_casebench(path: str | Path, source: str = "casebench") -> list[QueryRow]:
     """All queries of a CASE-Bench-shaped file, each with its safe context, in file order."""
     path = Path(path)
-    try:
-        rows = _loads(read_dataset(path).decode("utf-8-sig"), str(path))
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
+    rows = read_json(path, encoding="utf-8-sig", style=STYLE)
     if not isinstance(rows, list):
         raise DataError(f"{path}: expected a JSON array of rows, got {type(rows).__name__}")
     cats: list[Category] = []
@@ -259,15 +239,7 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
     skipped), in file order. Categories are mapped from ids "1".."45" to their names so the
     same exclusion list works for every source. Rows have no context."""
     path = Path(path)
-    try:
-        # Split on newlines only: str.splitlines also breaks at U+2028/U+2029/U+0085, which
-        # JSON allows unescaped inside strings, and would cut a valid line in two.
-        # (Bytes, not read_text: universal newlines would also split at a lone "\r".)
-        lines = [ln.removesuffix("\r") for ln in read_dataset(path).decode("utf-8").split("\n")]
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
+    lines = json_lines(read_text(path, style=STYLE))
     out: list[QueryRow] = []
     seen_ids: dict[int, int] = {}
     seen_q: dict[str, int] = {}
@@ -275,10 +247,7 @@ def load_sorrybench(path: str | Path) -> list[QueryRow]:
         if not line.strip():
             continue
         where = f"{path}: line {n}"
-        try:
-            row = _loads(line, where)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON (column {e.colno}): {e.msg}") from None
+        row = loads(line, where, "{where}: not valid JSON (column {column}): {msg}")
         qid = _need(row, "question_id", int, where, "an integer")
         cat = _need(row, "category", str, where, 'a string "1".."45"')
         if not cat.strip().isdigit() or lookup(cat) is None:
