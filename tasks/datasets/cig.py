@@ -24,13 +24,12 @@ behaviour, hidden_index, n_intents.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.cig import BEHAVIOURS, MAX_INTENTS
-from tasks.data import DataError, read_dataset
+from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
@@ -60,13 +59,6 @@ class CigArgs(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError("a behaviour is listed twice")
         return v
-
-
-def _text(obj: dict, field: str, where: str) -> str:
-    v = obj.get(field)
-    if not isinstance(v, str) or not v.strip():
-        raise DataError(f"{where}: field {field!r}: a non-empty string is required")
-    return v.strip()
 
 
 def _aliases(raw, where: str) -> list[str]:
@@ -108,7 +100,8 @@ def parse_graph(obj, where: str) -> dict:
         raise DataError(f"{where}: field 'intents': a non-empty list is required")
     if len(intents) > MAX_INTENTS:
         raise DataError(f"{where}: field 'intents': {len(intents)} intents; at most {MAX_INTENTS}")
-    out = {"cig_id": _text(obj, "cig_id", where), "prompt": _text(obj, "prompt", where),
+    out = {"cig_id": text(obj.get("cig_id"), f"{where}: field 'cig_id'"),
+           "prompt": text(obj.get("prompt"), f"{where}: field 'prompt'"),
            "intents": [_intent(x, f"{where} (intents[{k}])") for k, x in enumerate(intents)]}
     for field in ("domain", "split"):
         v = obj.get(field)
@@ -118,15 +111,14 @@ def parse_graph(obj, where: str) -> dict:
     return out
 
 
+# RegretBench's wording of an unreadable file (tests and scripts match it).
+STYLE = Style(cannot_read="{path}: cannot read: {strerror}",
+              not_utf8="{path}: not UTF-8 text: {reason}",
+              not_json="{where}: not JSON: line {line}, column {column}: {msg}")
+
+
 def _read_json(path: Path):
-    try:
-        return json.loads(read_dataset(path).decode("utf-8-sig"))
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not JSON: line {e.lineno}, column {e.colno}: {e.msg}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text: {e.reason}") from None
+    return read_json(path, encoding="utf-8-sig", style=STYLE)
 
 
 def read_graphs(path) -> list[dict]:

@@ -17,10 +17,9 @@ Refused with a DataError naming the file, the 0-based row and the field: anythin
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tasks.data import DataError, read_dataset
+from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
@@ -44,34 +43,28 @@ RATIONALES = {
 LIST_FIELD = "dual_use_paraphrases"
 
 
+# OpenSafeIntent's wording of its errors (tests and scripts match it); a blank optional
+# field (a paraphrase, a rationale) is absent.
+STYLE = Style(no_file="{path}: no such file (OpenSafeIntent's dataset.json is not shipped: "
+                      "give the path of your copy in dataset.path)",
+              cannot_read="{path}: cannot read the file: {error}",
+              not_json="{where}: not valid JSON (line {line}, column {column}: {msg})",
+              missing="{where}: empty (a string is required)",
+              not_text="{where}: expected a string, got {type}",
+              blank="{where}: empty (a string is required)", optional_blank=True)
+
+
 def _read(path: Path):
-    try:
-        # utf-8-sig strips a BOM when there is one and reads plain UTF-8 otherwise.
-        text = read_dataset(path).decode("utf-8-sig")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file (OpenSafeIntent's dataset.json is not shipped: "
-                        "give the path of your copy in dataset.path)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file: {e}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: "
-                        f"{e.msg})") from None
+    # utf-8-sig strips a BOM when there is one and reads plain UTF-8 otherwise.
+    return read_json(path, encoding="utf-8-sig", style=STYLE)
 
 
 def _text(path, i, row, field, required: bool) -> str | None:
     """A prompt-like field: a non-empty string, or (when not required) missing/null/blank."""
-    value = row.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            what = "missing" if field not in row else "empty"
-            raise DataError(f"{path}: row {i}: field {field!r}: {what} (a string is required)")
-        return None
-    if not isinstance(value, str):
-        raise DataError(f"{path}: row {i}: field {field!r}: expected a string, got "
-                        f"{type(value).__name__}")
-    return value.strip()
+    where = f"{path}: row {i}: field {field!r}"
+    if required and field not in row:
+        raise DataError(f"{where}: missing (a string is required)")
+    return text(row.get(field), where, required=required, style=STYLE)
 
 
 def _paraphrases(path, i, row) -> dict[str, str]:
@@ -88,7 +81,8 @@ def _paraphrases(path, i, row) -> dict[str, str]:
                         f"at most {len(PARAPHRASES)} expected")
     for k, value in enumerate(listed):
         key = f"dual_use_{k + 2}"
-        t = _text(path, i, {f"{LIST_FIELD}[{k}]": value}, f"{LIST_FIELD}[{k}]", required=False)
+        t = text(value, f"{path}: row {i}: field '{LIST_FIELD}[{k}]'", required=False,
+                 style=STYLE)
         if t and key in out and out[key] != t:
             raise DataError(f"{path}: row {i}: field '{LIST_FIELD}[{k}]': differs from "
                             f"{PARAPHRASES[key]!r} (two versions of one paraphrase)")

@@ -34,10 +34,9 @@ file without answers (PACIFIC's test.json), a clarifying question with no reply 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tasks.data import DataError, read_dataset
+from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
@@ -49,16 +48,18 @@ def _where(path, d: int, q: int | None = None) -> str:
     return f"{path}: row {d}" + (f" (questions[{q}])" if q is not None else "")
 
 
+# PACIFIC's wording of its errors (tests and scripts match it); a blank optional field is absent.
+STYLE = Style(cannot_read="{path}: cannot read: {error}",
+              not_json="{where}: not JSON: line {line} column {column}: {msg}",
+              missing="{where}: expected a string, got {type} {value}",
+              not_text="{where}: expected a string, got {type} {value}",
+              blank="{where}: empty", optional_blank=True)
+
+
 def _text(value, where: str, field: str, required: bool = True) -> str:
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str):
-        raise DataError(f"{where}: field {field!r}: expected a string, got "
-                        f"{type(value).__name__} {value!r:.60}")
-    value = " ".join(value.split())
-    if required and not value:
-        raise DataError(f"{where}: field {field!r}: empty")
-    return value
+    """The field's text, whitespace collapsed; "" for an absent optional one."""
+    return text(value, f"{where}: field {field!r}", required=required, collapse=True,
+                style=STYLE) or ""
 
 
 def _flag(q: dict, key: str, where: str) -> bool:
@@ -165,14 +166,7 @@ def _prompt(context: str, question: str) -> str:
 
 
 def _read(path) -> list:
-    try:
-        raw = read_dataset(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read: {e}") from None
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    data = read_json(path, style=STYLE)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON array of documents, got {type(data).__name__}")
     return data
