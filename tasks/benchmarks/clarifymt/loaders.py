@@ -34,11 +34,11 @@ is refused in one line naming the file, the row and the field.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
+from functools import partial
 from pathlib import Path
 
-from tasks.data import DataError, read_dataset
+from tasks.datasets.fields import DataError, read_json, text, texts
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
@@ -56,27 +56,12 @@ DRAW_SALT = "clarifymt-ambignq-v1"
 
 
 def _read(path) -> object:
-    path = Path(path)
-    try:
-        return json.loads(read_dataset(path).decode("utf-8"))  # checked: no FIFO, size limit
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file ({e})") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not JSON (line {e.lineno}: {e.msg})") from None
+    return read_json(Path(path))
 
 
-def _text(value, where: str, required: bool = True) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(f"{where}: a non-empty string is required")
-    return " ".join(value.split())
-
-
-def _texts(value, where: str) -> list[str]:
-    if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: a non-empty list of strings is required")
-    return [_text(v, f"{where}[{i}]") for i, v in enumerate(value)]
+# A text field of this format: stripped, every run of whitespace one space; an optional one
+# may be null, not blank.
+_text = partial(text, collapse=True)
 
 
 def _acts(value, where: str) -> list[str]:
@@ -133,7 +118,7 @@ def _slots(rows, where: str) -> list[dict]:
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or name in names:
             raise DataError(f"{w}.name: {name!r}: a distinct identifier (letters, digits, _)")
         names.add(name)
-        out.append({"name": name, **{f: _text(s.get(f), f"{w}.{f}", f == "value")
+        out.append({"name": name, **{f: _text(s.get(f), f"{w}.{f}", required=f == "value")
                                      for f in ("value", "partial", "alternative", "wrong")}})
     return out
 
@@ -179,13 +164,14 @@ def _item(row, i: int, path, persona_names: set) -> dict:
         raise DataError(f"{where}.slots: an ambiguous item (a dimension) needs slots; an "
                         "unambiguous one (dimension null) has none")
     return {"id": _text(row.get("id"), f"{where}.id"), "query": _text(row.get("query"), f"{where}.query"),
-            "dimension": dim, "subtype": _text(row.get("subtype"), f"{where}.subtype", False),
-            "intent": _text(row.get("intent"), f"{where}.intent", False), "slots": slots,
+            "dimension": dim,
+            "subtype": _text(row.get("subtype"), f"{where}.subtype", required=False),
+            "intent": _text(row.get("intent"), f"{where}.intent", required=False), "slots": slots,
             "clarifying_question": _text(row.get("clarifying_question"),
-                                         f"{where}.clarifying_question", False),
+                                         f"{where}.clarifying_question", required=False),
             "gold_acts": _acts(row.get("gold_acts"), f"{where}.gold_acts"),
-            "answers": _texts(row.get("answers"), f"{where}.answers"),
-            "off_topic": _text(row.get("off_topic"), f"{where}.off_topic", False),
+            "answers": texts(row.get("answers"), f"{where}.answers", collapse=True),
+            "off_topic": _text(row.get("off_topic"), f"{where}.off_topic", required=False),
             "prefixes": _prefixes(row.get("prefixes"), f"{where}.prefixes", persona_names)}
 
 

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.data import DataError, read_dataset
+from tasks.datasets.fields import DataError, Style, json_lines, loads, read_json, read_text, text
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
@@ -46,12 +45,7 @@ NEMOTRON_FIELDS = ("age", "sex", "occupation", "city", "state", "cultural_backgr
                    "hobbies_and_interests", "skills_and_expertise", "career_goals_and_ambitions")
 PERSONAMEM_LISTS = ("stereotypical_preferences", "anti_stereotypical_preferences")
 MAX_PREFERENCES = 8
-
-
-def _text(value, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(f"{where}: a non-empty string is required")
-    return value.strip()
+CSV = Style(cannot_read="{path}: cannot read the CSV file ({error})")  # a PersonaMem-v2 CSV
 
 
 def trajectory(segments, where: str) -> list[dict]:
@@ -72,7 +66,7 @@ def trajectory(segments, where: str) -> list[dict]:
         explicit = seg.get("explicit", False)
         if not isinstance(explicit, bool):
             raise DataError(f"{w}.explicit: true or false")
-        out.append({"turn": turn, "intent": _text(seg.get("intent"), f"{w}.intent"),
+        out.append({"turn": turn, "intent": text(seg.get("intent"), f"{w}.intent"),
                     "explicit": explicit})
     out.sort(key=lambda s: s["turn"])
     if out[0]["turn"] != 1:
@@ -103,25 +97,16 @@ def make_item(source: str, persona_id: str, persona: str, traj: dict, row: int) 
                  "n_shifts": sum(a["intent"] != b["intent"] for a, b in zip(segs, segs[1:]))})
 
 
-def _json(path: Path):
-    try:
-        return json.loads(read_dataset(path).decode("utf-8"))  # checked: no FIFO, size limit
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file ({e})") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not JSON (line {e.lineno}: {e.msg})") from None
-
-
 def load_trajectories(path: Path) -> list[dict]:
-    rows = _json(path)
+    rows = read_json(path)
     if not isinstance(rows, list) or not rows:
         raise DataError(f"{path}: a non-empty JSON list of {{id, opening, trajectory}}")
     out = []
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise DataError(f"{path}: row {i}: an object {{id, opening, trajectory}}")
-        out.append({"id": _text(r.get("id"), f"{path}: row {i}: id"),
-                     "opening": _text(r.get("opening"), f"{path}: row {i}: opening"),
+        out.append({"id": text(r.get("id"), f"{path}: row {i}: id"),
+                     "opening": text(r.get("opening"), f"{path}: row {i}: opening"),
                      "trajectory": trajectory(r.get("trajectory"), f"{path}: row {i}: trajectory")})
     return out
 
@@ -132,19 +117,19 @@ def sample_items(path: Path, rows: list) -> list[Item]:
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise DataError(f"{path}: row {i}: an object {{id, persona, opening, trajectory}}")
-        traj = {"id": _text(r.get("id"), f"{path}: row {i}: id"),
-                "opening": _text(r.get("opening"), f"{path}: row {i}: opening"),
+        traj = {"id": text(r.get("id"), f"{path}: row {i}: id"),
+                "opening": text(r.get("opening"), f"{path}: row {i}: opening"),
                 "trajectory": trajectory(r.get("trajectory"), f"{path}: row {i}: trajectory")}
         items.append(make_item("sample", traj["id"],
-                               _text(r.get("persona"), f"{path}: row {i}: persona"), traj, i))
+                               text(r.get("persona"), f"{path}: row {i}: persona"), traj, i))
     return items
 
 
 # ----- Nemotron-Personas-USA --------------------------------------------------------------
 def nemotron_persona(row: dict, where: str) -> tuple[str, str]:
     """(uuid, persona text) of a Nemotron-Personas-USA row."""
-    uid = _text(row.get("uuid"), f"{where}: uuid")
-    parts = [_text(row.get("persona"), f"{where}: persona")]
+    uid = text(row.get("uuid"), f"{where}: uuid")
+    parts = [text(row.get("persona"), f"{where}: persona")]
     for f in NEMOTRON_FIELDS:
         v = row.get(f)
         if v is not None and str(v).strip():
@@ -167,17 +152,10 @@ def _nemotron_rows(path: Path) -> list[dict]:
                             "published columns include uuid and persona)")
         return table.to_pylist()
     rows = []
-    try:
-        lines = read_dataset(path).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file ({e})") from None
-    for i, line in enumerate(lines):
+    for i, line in enumerate(json_lines(read_text(path))):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: row {i}: not JSON ({e.msg})") from None
+        row = loads(line, f"{path}: row {i}", "{where}: not JSON ({msg})")
         if not isinstance(row, dict):
             raise DataError(f"{path}: row {i}: a JSON object per line")
         rows.append(row)
@@ -206,12 +184,12 @@ def _personamem_text(prefs: list[str], intro: str | None) -> str:
 
 
 def personamem_csv_items(path: Path, trajs: list[dict]) -> list[Item]:
+    reader = csv.DictReader(io.StringIO(read_text(path, style=CSV), newline=""))
     try:
-        reader = csv.DictReader(io.StringIO(read_dataset(path).decode("utf-8"), newline=""))
         header = reader.fieldnames or []
         rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise DataError(f"{path}: cannot read the CSV file ({e})") from None
+    except csv.Error as e:
+        raise DataError(CSV.cannot_read.format(path=path, error=e)) from None
     if "persona_id" not in header:
         raise DataError(f"{path}: row 0: persona_id: missing; not a PersonaMem-v2 benchmark CSV")
     pref_col = next((c for c in ("preference", "groundtruth_preference") if c in header), None)
@@ -220,16 +198,16 @@ def personamem_csv_items(path: Path, trajs: list[dict]) -> list[Item]:
                         "PersonaMem-v2 benchmark CSV")
     order, prefs, intro = [], {}, {}
     for i, r in enumerate(rows, start=1):  # row 0 is the header
-        pid = _text(r.get("persona_id"), f"{path}: row {i}: persona_id")
+        pid = text(r.get("persona_id"), f"{path}: row {i}: persona_id")
         if pid not in prefs:
             order.append((pid, i))
             prefs[pid] = []
         p = (r.get(pref_col) or "").strip()
         if p and p not in prefs[pid]:
             prefs[pid].append(p)
-        text = (r.get("expanded_persona") or r.get("short_persona") or "").strip()
-        if text and pid not in intro:
-            intro[pid] = text
+        about = (r.get("expanded_persona") or r.get("short_persona") or "").strip()
+        if about and pid not in intro:
+            intro[pid] = about
     items = []
     for k, (pid, row) in enumerate(order):
         if not prefs[pid] and pid not in intro:
@@ -284,7 +262,7 @@ class Personas:
             raise DataError(f"{path}: unknown file type {path.suffix or '(none)'}: give the "
                             "sample's .json, Nemotron-Personas-USA .parquet/.jsonl or "
                             "PersonaMem-v2 .csv/.json")
-        doc = _json(path)
+        doc = read_json(path)
         if isinstance(doc, list) and doc:
             return sample_items(path, doc)
         if isinstance(doc, dict) and doc:
