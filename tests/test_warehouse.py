@@ -42,6 +42,15 @@ def test_repeated_key_within_one_batch_keeps_the_last(wh):
     assert wh.query("SELECT status FROM conversations") == [{"status": "context_exceeded"}]
 
 
+def test_a_field_only_later_rows_set_is_kept(wh):
+    # pyarrow takes a batch's columns from its first row; the write must not drop the
+    # fields that only later rows carry.
+    wh.write(Conversation, [conv("a"), {**conv("b"), "n_blocked": 2, "error": "x"}])
+    rows = wh.query("SELECT conversation_id, n_blocked, error FROM conversations ORDER BY 1")
+    assert rows == [{"conversation_id": "a", "n_blocked": None, "error": None},
+                    {"conversation_id": "b", "n_blocked": 2, "error": "x"}]
+
+
 def test_write_many_is_all_or_nothing(wh):
     good = [conv("a")]
     bad_turns = [{"conversation_id": "a", "position": 0}]  # missing NOT NULL columns

@@ -152,7 +152,7 @@ class Warehouse:
                         con.execute(f"DELETE FROM {name} WHERE {delete[0]}", delete[1])
                     if not rows:
                         continue
-                    arrow = pa.Table.from_pylist(_dedupe(con, name, rows))  # noqa: F841
+                    arrow = pa.Table.from_pylist(_same_keys(_dedupe(con, name, rows)))  # noqa: F841
                     con.execute(f"INSERT OR REPLACE INTO {name} BY NAME SELECT * FROM arrow")
                     total += arrow.num_rows
                 con.execute("COMMIT")
@@ -256,6 +256,16 @@ def _add_missing_columns(con) -> list[str]:
 def _primary_key(con, name: str) -> list[str]:
     table = shipped_schema()["tables"].get(name)
     return table["primary_key"] if table is not None else []
+
+
+def _same_keys(rows: list[dict]) -> list[dict]:
+    """Rows with one set of keys: pyarrow takes the columns from the first row alone, so a
+    field that only later rows set would be dropped without a word (None where absent)."""
+    first = rows[0].keys()
+    if all(r.keys() == first for r in rows):
+        return rows
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k) for k in keys} for r in rows]
 
 
 def _dedupe(con, name: str, rows: list[dict]) -> list[dict]:
