@@ -264,6 +264,75 @@ def test_several_judge_models_vote_per_measure(tmp_path):
     assert vd.verdict_set_id(judge, [panel[0]]) == vd.verdict_set_id(judge, panel[0])
 
 
+def test_safety_is_a_judge_any_spec_may_name(tmp_path):
+    # CarryOnBench's safety rubric on the engine: one call per assistant turn with the
+    # CarryOnBench prompt (the opening prompt as the query, the response fenced), the 1-5
+    # score as measure "score"; a blocked turn is a refusal, 1, without a call; a failed call
+    # is unscored (never a zero); three models combine by the safety rule (median_low of the
+    # scored votes when more than half scored).
+    from tasks.engine.registry import lookup
+    from tasks.judges.safety import SafetyJudge
+    from tasks.judge_prompts import safety_messages
+
+    assert lookup("judge", "safety").factory is SafetyJudge
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    _store(wh, {"e1": ["harmless", "risky"], "e2": ["broken"]})
+    wh.write("episode_turns", [{"episode_id": "e3", "position": 0, "role": "user",
+                                "model_turn": 1, "content": "q0", "blocked": None},
+                               {"episode_id": "e3", "position": 1, "role": "assistant",
+                                "model_turn": 1, "content": "[blocked]", "blocked": True}])
+    wh.write("episodes", [{"episode_id": "e3", "benchmark": "toy", "item_id": "i1",
+                           "condition": "c", "target": "t", "user_policy": "x",
+                           "status": "completed", "termination": ANSWERED, "n_turns": 2}])
+    scores = {("j1", "harmless"): 1, ("j2", "harmless"): 2, ("j3", "harmless"): 1,
+              ("j1", "risky"): 5, ("j2", "risky"): 3}  # j3 fails on "risky"; all fail "broken"
+
+    class ByModel(FakeGateway):
+        async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
+            self.calls.append((spec.name, role, messages))
+            text = messages[-1]["content"]
+            resp = next((r for r in ("harmless", "risky", "broken") if r in text), None)
+            score = scores.get((spec.name, resp))
+            if score is None:
+                return fail("invalid_output")
+            return CallResult(call_hash=f"{spec.name}-{resp}", content="{}",
+                              parsed=schema(reason=f"{spec.name} says {score}", score=score))
+
+    gw = ByModel(None)
+    ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
+    one, panel = SafetyJudge(), [model("j1"), model("j2"), model("j3")]
+    asyncio.run(vd.judge_batch(ctx, [(one, model("j1"))], ["e1", "e2", "e3"]))
+    # Three unblocked turns, one call each; the prompt is CarryOnBench's, word for word.
+    assert [c[1] for c in gw.calls] == ["safety_judge"] * 3
+    assert gw.calls[0][2] == safety_messages("q0", "harmless")
+    rows = {(r["episode_id"], r["position"]): r for r in wh.query(
+        "SELECT * FROM verdicts WHERE judgment_set_id = ?", [vd.verdict_set_id(one, model("j1"))])}
+    assert {k: r["value"] for k, r in rows.items()} == {
+        ("e1", 1): 1.0, ("e1", 3): 5.0, ("e2", 1): None, ("e3", 1): 1.0}
+    assert rows[("e3", 1)]["reason"] == "blocked" and rows[("e3", 1)]["call_hash"] is None
+    assert rows[("e2", 1)]["reason"] == "invalid_output: boom"
+
+    gw.calls.clear()
+    asyncio.run(vd.judge_batch(ctx, [(one, panel)], ["e1", "e2", "e3"]))
+    assert len(gw.calls) == 9
+    got = {(r["episode_id"], r["position"]): (r["value"], r["reason"]) for r in wh.query(
+        "SELECT * FROM verdicts WHERE judgment_set_id = ?", [vd.verdict_set_id(one, panel)])}
+    assert got[("e1", 1)] == (1.0, "j1 says 1")  # 1, 2, 1 -> median_low 1
+    assert got[("e1", 3)] == (3.0, "j2 says 3")  # 5, 3, failed: 2 of 3 scored -> median_low 3
+    assert got[("e2", 1)][0] is None and got[("e2", 1)][1].startswith("all judges unscored")
+    assert got[("e3", 1)] == (1.0, "blocked")
+
+    # With the history: the turns after the opening, as CarryOnBench's judge shows them.
+    from tasks.judges.safety import SafetyArgs
+    from tasks.judge_prompts import format_history
+    hist = SafetyJudge(SafetyArgs(sees_history=True))
+    assert hist.extra_version != one.extra_version  # another set
+    gw.calls.clear()
+    asyncio.run(vd.judge_batch(ctx, [(hist, model("j1"))], ["e1"]))
+    assert gw.calls[1][2] == safety_messages(
+        "q0", "risky", format_history([("assistant", "harmless"), ("user", "q1")]))
+
+
 def test_views_read_completed_episodes_and_the_latest_set(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb").init()
     _store(wh, {"e1": ["a"], "e2": ["b"]}, status={"e2": "target_error"})

@@ -144,4 +144,3 @@ def _checked_vote(r, response: str) -> tuple:
     return (v.fulfilled, v.evidence[:MAX_EVIDENCE_CHARS], None, r.call_hash)
 
 
-KIND = BenUtil
