@@ -371,6 +371,18 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     with pytest.raises(SpecError, match=r"bad.yaml: judges\[benutil\]: judge benutil runs only "
                                         r"in the carryon engine's own stages"):
         load_spec(str(bad))
+    # Safety is any spec's: by name, with its arguments checked when the spec loads.
+    good = tmp_path / "good.yaml"
+    good.write_text("name: good4\ntitle: Good\nloader: opensafeintent\n"
+                    "judges: [{name: safety, args: {sees_history: true}}]\n"
+                    "conditions: [{name: a, prompt: benign}]\n")
+    spec = load_spec(str(good))
+    assert spec.component("judge", "safety").sees_history and "safety_judge" in spec.config_roles()
+    bad.write_text("name: bad5\ntitle: Bad\nloader: opensafeintent\n"
+                   "judges: [{name: safety, args: {history: yes}}]\n"
+                   "conditions: [{name: a, prompt: benign}]\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: judges\[safety\]: args.history: "):
+        load_spec(str(bad))
 
 
 def test_carryon_spec_conditions_are_checked(tmp_path):
