@@ -19,7 +19,7 @@ are priced live there).
 from __future__ import annotations
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, costs
+from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
@@ -130,19 +130,15 @@ def make_plan(cfg: Config, limit: int | None = None,
         base_in, base_out = _BASE_TOKENS[role]
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
-        per_model = n / len(specs) if role in ("ensemble", "benutil_judge", "safety_judge", "targets") else n
-        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens),
-                        _cache_share(role, s, target_out, mean_items), memo=memo) for s in specs]
-        total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
-                 for k in ("live", "batch", "cached")}
-        rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
-                     "calls": n, "prompt_tokens": n * in_tokens, "completion_tokens": n * out_tokens,
-                     "cost_usd": total["live"], "batch_usd": total["batch"],
-                     "cached_usd": total["cached"]})
+        # These roles' calls are spread over their models; the other roles use one model,
+        # priced for all n calls.
+        spread = role in ("ensemble", "benutil_judge", "safety_judge", "targets")
+        n_priced = n if spread else n * len(specs)
+        row = plan_row(role, specs, n_priced, in_tokens, out_tokens,
+                       lambda s, r=role: _cache_share(r, s, target_out, mean_items), memo)
+        rows.append({**row, "calls": n, "prompt_tokens": n * in_tokens,
+                     "completion_tokens": n * out_tokens})
     total = sum(r["calls"] for r in rows)
-    priced = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
-    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
-    cached = [r["cached_usd"] for r in rows if r["cached_usd"] is not None]
     notes = [
         f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
         f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
@@ -152,10 +148,9 @@ def make_plan(cfg: Config, limit: int | None = None,
         "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
-        f"estimated cost of priced models: ${sum(priced):.2f}" + (
-            "; blank cost = a model litellm does not price (local or custom)" if len(priced) < len(rows) else "")
-        + f"; ${sum(batch):.2f} through provider batches (batch_usd); ${sum(cached):.2f} with "
-          "provider prompt caching where the prompt layout allows it (cached_usd).",
+        cost_note(rows, "${:.2f} with provider prompt caching where the prompt layout allows "
+                  "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
+                                                if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
-from tasks.gateway.prices import MEMO_NAME, costs
+from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.engine import registry
 from tasks.plan_tokens import episode_prompts, template_tokens
 
@@ -87,19 +87,10 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             or template_tokens(known.prompt if known else None) or base_in
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(target_in if role == "targets" else base_in + opening_tokens + target_out)
-        per_model = n / len(specs)  # several targets share the calls, as do voting judges
         # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
         # estimated for these prompts, so the cached column is the live price.
-        priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), 0.0,
-                        memo=cfg.cache_path / MEMO_NAME)
-                  for s in specs]
-        total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
-                 for k in ("live", "batch", "cached")}
-        rows.append({"role": role, "models": ", ".join(sorted({s.model for s in specs})),
-                     "calls": n, "prompt_tokens": n * in_tokens,
-                     "completion_tokens": n * out_tokens, "cost_usd": total["live"],
-                     "batch_usd": total["batch"], "cached_usd": total["cached"]})
-    priced_rows = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+        rows.append(plan_row(role, specs, n, in_tokens, out_tokens,
+                             memo=cfg.cache_path / MEMO_NAME))
     notes = [
         f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
         f"{len(seats)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
@@ -112,10 +103,7 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
-    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
-    notes += [f"estimated cost of priced models: ${sum(priced_rows):.2f}" + (
-        "; blank cost = a model litellm does not price (local or custom)"
-        if len(priced_rows) < len(rows) else "") + f"; ${sum(batch):.2f} through provider batches "
-        "(batch_usd); prompt caching is not estimated for these prompts (cached_usd = cost_usd).",
-        "calls already in the cache are not sent again: a rerun costs only what changed."]
+    notes += [cost_note(rows, "prompt caching is not estimated for these prompts "
+                              "(cached_usd = cost_usd)."),
+              "calls already in the cache are not sent again: a rerun costs only what changed."]
     return rows, notes

@@ -141,3 +141,30 @@ def billed(spec: ModelSpec, prompt_tokens: int, completion_tokens: int, cached_t
     cost = ((prompt_tokens - cached) * r.input + cached * (r.cached_input or 0.0)
             + completion_tokens * r.output)
     return cost * (1 - r.batch_discount) if batch else cost
+
+
+def plan_row(role: str, specs: list[ModelSpec], calls: int, in_tokens: int, out_tokens: int,
+             share=lambda spec: 0.0, memo: Path | None = None) -> dict:
+    """One row of ``carryon plan``: a role's calls and tokens, priced live, through a batch and
+    with ``share(spec)`` of its prompt tokens from the provider's prompt cache. The calls are
+    spread evenly over the role's models (several targets, or voting judges)."""
+    per_model = calls / len(specs)
+    priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), share(s), memo=memo)
+              for s in specs]
+    total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
+             for k in ("live", "batch", "cached")}
+    return {"role": role, "models": ", ".join(sorted({s.model for s in specs})), "calls": calls,
+            "prompt_tokens": calls * in_tokens, "completion_tokens": calls * out_tokens,
+            "cost_usd": total["live"], "batch_usd": total["batch"], "cached_usd": total["cached"]}
+
+
+def cost_note(rows: list[dict], cached: str) -> str:
+    """The plan's cost line: the priced models' total live, through batches, and ``cached``
+    (what the cached column means for this plan)."""
+    live = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
+    return (f"estimated cost of priced models: ${sum(live):.2f}"
+            + ("; blank cost = a model litellm does not price (local or custom)"
+               if len(live) < len(rows) else "")
+            + f"; ${sum(batch):.2f} through provider batches (batch_usd); " + cached)
+
