@@ -201,16 +201,42 @@ async def _decompose(gw, spec: ModelSpec, oracle: str, answer: str, max_items: i
 async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id: str,
                           intent_error: str | None = None,
                           cut_before: frozenset[str] = frozenset()) -> QueryOutcome:
-    """Run steps 1-5 for one query; never raises for model failures (they become data).
+    """Run steps 1-5 for one query; never raises for model failures (they become data: each
+    step that drops the query says so on ``out`` and returns None).
     ``cut_before``: call hashes of ensemble answers an earlier run recorded as cut off (a cache
     hit may not carry the finish reason; the stored verdict stands)."""
     out = QueryOutcome(q.query_id)
-    c = out.counts
     if intent is None:
         return out.drop("intent", f"no benign intent: {intent_error or 'the rewriter failed'}")
     oracle = intent.oracle_prompt
+    if (ok := await _ensemble_step(gw, roles, q, oracle, cut_before, out)) is None:
+        return out
+    if (kept_ids := await _guard_step(gw, roles, q, oracle, ok, out)) is None:
+        return out
+    per_answer = await _decompose_step(gw, roles, q, oracle, ok, kept_ids, out)
+    if per_answer is None:
+        return out
+    if (merged := await _merge_step(gw, roles, q, oracle, per_answer, kept_ids, out)) is None:
+        return out
+    if (final := await _misuse_step(gw, roles, q, oracle, merged, out)) is None:
+        return out
+    # numbering and versioning
+    out.version, out.n_items = checklist_version(final), len(final)
+    out.rows["checklist_items"] = [
+        {"query_id": q.query_id, "checklist_version": out.version, "item_id": i,
+         "question": it["question"], "category": it["category"],
+         "source_answers": json.dumps(it["source_answers"])}
+        for i, it in enumerate(final, start=1)]
+    out.rows["checklists"] = [{"query_id": q.query_id, "checklist_version": out.version,
+                               "n_items": out.n_items, "created": dt.datetime.now(dt.timezone.utc),
+                               "run_id": run_id}]
+    return out
 
-    # 1. ensemble answers
+
+async def _ensemble_step(gw, roles: Roles, q, oracle: str, cut_before: frozenset[str],
+                         out: QueryOutcome) -> dict[str, str] | None:
+    """1. Ensemble answers: answer id -> text of the usable ones."""
+    c = out.counts
     answers = await asyncio.gather(*(_answer(gw, s, q.query_id, oracle) for s in roles.ensemble))
     specs = {s.name: s for s in roles.ensemble}
     # A cut-off answer is not used (its missing half would be missing items); its text is kept
@@ -227,12 +253,18 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
         {"query_id": q.query_id, "answer_id": aid, "model": specs[aid].model,
          "answer": r.content, "call_hash": r.call_hash, "error": errors.get(aid)}
         for aid, r in answers]
-
     if len(ok) < roles.min_harmless:  # no guard verdict could bring it back to the minimum
-        return out.drop("ensemble", f"{len(ok)} answer(s) < min_harmless {roles.min_harmless}; failed: "
-                        + "; ".join(f"{aid}: {e}" for aid, e in errors.items()))
+        out.drop("ensemble", f"{len(ok)} answer(s) < min_harmless {roles.min_harmless}; failed: "
+                 + "; ".join(f"{aid}: {e}" for aid, e in errors.items()))
+        return None
+    return ok
 
-    # 2. guard filter (failed answers are not judged: there is nothing to judge)
+
+async def _guard_step(gw, roles: Roles, q, oracle: str, ok: dict[str, str],
+                      out: QueryOutcome) -> list[str] | None:
+    """2. Guard filter (failed answers are not judged: there is nothing to judge): the ids of
+    the answers kept."""
+    c = out.counts
     verdicts = await asyncio.gather(*(_guard(gw, roles.guard, oracle, text) for text in ok.values()))
     kept_ids = []
     for aid, v in zip(ok, verdicts):
@@ -253,13 +285,20 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
             if not v["kept"]:
                 key = v["reason"] if v["reason"] in _VERDICTS else "no verdict"
                 why[key] = why.get(key, 0) + 1
-        return out.drop("guard", f"{len(kept_ids)} harmless answer(s) < min_harmless "
-                                 f"{roles.min_harmless} ({len(ok) - len(kept_ids)} of {len(ok)} "
-                                 "dropped by the guard: "
-                                 + ", ".join(f"{n} {k}" for k, n in sorted(why.items())) + ")")
+        out.drop("guard", f"{len(kept_ids)} harmless answer(s) < min_harmless "
+                          f"{roles.min_harmless} ({len(ok) - len(kept_ids)} of {len(ok)} "
+                          "dropped by the guard: "
+                          + ", ".join(f"{n} {k}" for k, n in sorted(why.items())) + ")")
+        return None
+    return kept_ids
 
-    # 3. atomic decomposition of every kept answer
-    decs = await asyncio.gather(*(_decompose(gw, roles.decomposer, oracle, ok[a], roles.max_items) for a in kept_ids))
+
+async def _decompose_step(gw, roles: Roles, q, oracle: str, ok: dict[str, str],
+                          kept_ids: list[str], out: QueryOutcome) -> list[dict] | None:
+    """3. Atomic decomposition of every kept answer: its items per answer."""
+    c = out.counts
+    decs = await asyncio.gather(*(_decompose(gw, roles.decomposer, oracle, ok[a], roles.max_items)
+                                  for a in kept_ids))
     per_answer, failures = [], []
     for aid, r in zip(kept_ids, decs):
         if not r.ok:
@@ -273,58 +312,63 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
     c["decompose_failed"] = len(failures)
     c["decomposed_items"] = len(out.rows["decomposed_items"])
     if failures:  # a checklist from part of the answers would silently miss their information
-        return out.drop("decompose", "decomposition failed for " + "; ".join(failures))
+        out.drop("decompose", "decomposition failed for " + "; ".join(failures))
+        return None
+    return per_answer
 
-    # 4. merge into one list that cites its answers
+
+async def _merge_step(gw, roles: Roles, q, oracle: str, per_answer: list[dict],
+                      kept_ids: list[str], out: QueryOutcome) -> list[dict] | None:
+    """4. Merge into one list that cites its answers; the first ``max_items`` go on."""
     msgs = [{"role": "user", "content": render(
         "checklists/merge.j2", oracle_prompt=oracle, answers=per_answer, answer_ids=kept_ids,
         categories=list(ITEM_CATEGORIES), max_items=roles.max_items)}]
     r = await gw.chat(roles.merger, "merger", msgs, schema=merge_model(kept_ids))
     if not r.ok:
-        return out.drop("merge", f"merge failed: {_fail(r, roles.merger)}")
+        out.drop("merge", f"merge failed: {_fail(r, roles.merger)}")
+        return None
     written = [{"question": it.question, "category": it.category,
                 "source_answers": sorted(set(it.source_answers))} for it in r.parsed.items]
     # The cap: the merger lists the most important first, so the first max_items go on; the
-    # rest are stored (capped) and the query records how many the merger wrote.
+    # rest are stored (capped, by the misuse step) and the query records how many the merger
+    # wrote.
     merged, cut = written[:roles.max_items], written[roles.max_items:]
-    c["merged_items"] = len(merged)
+    out.counts["merged_items"] = len(merged)
     if cut:
-        c["merge_capped"] = len(cut)
+        out.counts["merge_capped"] = len(cut)
         out.capped_from = len(written)
-    cut_rows = [{"query_id": q.query_id, "merged_index": i, "question": it["question"],
-                 "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
-                 "kept": None, "misuse_reason": None, "capped": True}
-                for i, it in enumerate(cut, start=len(merged) + 1)]
+    out.rows["merged_items"] = [_merged_row(q, i, it, None, capped=True)
+                                for i, it in enumerate(cut, start=len(merged) + 1)]
+    return merged
 
-    # 5. misuse filter: one decision per merged item, by name
+
+def _merged_row(q, i: int, it: dict, decision, capped: bool = False) -> dict:
+    return {"query_id": q.query_id, "merged_index": i, "question": it["question"],
+            "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
+            "kept": decision.keep if decision else None,
+            "misuse_reason": decision.reason if decision else None, "capped": capped}
+
+
+async def _misuse_step(gw, roles: Roles, q, oracle: str, merged: list[dict],
+                       out: QueryOutcome) -> list[dict] | None:
+    """5. Misuse filter: one decision per merged item, by name; the items kept."""
     msgs = [{"role": "user", "content": render("checklists/misuse.j2", oracle_prompt=oracle,
                                                items=merged)}]
     r = await gw.chat(roles.misuse, "misuse_filter", msgs, schema=misuse_model(len(merged)))
-    decisions = [getattr(r.parsed, f"item_{i}") for i in range(1, len(merged) + 1)] if r.ok else None
-    out.rows["merged_items"] = [
-        {"query_id": q.query_id, "merged_index": i, "question": it["question"],
-         "category": it["category"], "source_answers": json.dumps(it["source_answers"]),
-         "kept": decisions[i - 1].keep if decisions else None,
-         "misuse_reason": decisions[i - 1].reason if decisions else None, "capped": False}
-        for i, it in enumerate(merged, start=1)] + cut_rows
+    decisions = ([getattr(r.parsed, f"item_{i}") for i in range(1, len(merged) + 1)] if r.ok
+                 else [None] * len(merged))
+    cut_rows = out.rows["merged_items"]
+    out.rows["merged_items"] = [_merged_row(q, i, it, d)
+                                for i, (it, d) in enumerate(zip(merged, decisions), start=1)] + cut_rows
     if not r.ok:
-        return out.drop("misuse", f"misuse filter failed: {_fail(r, roles.misuse)}")
+        out.drop("misuse", f"misuse filter failed: {_fail(r, roles.misuse)}")
+        return None
     final = [it for it, d in zip(merged, decisions) if d.keep]
-    c["misuse_dropped"] = len(merged) - len(final)
+    out.counts["misuse_dropped"] = len(merged) - len(final)
     if not final:
-        return out.drop("misuse", f"the misuse filter dropped all {len(merged)} items")
-
-    # numbering and versioning
-    out.version, out.n_items = checklist_version(final), len(final)
-    out.rows["checklist_items"] = [
-        {"query_id": q.query_id, "checklist_version": out.version, "item_id": i,
-         "question": it["question"], "category": it["category"],
-         "source_answers": json.dumps(it["source_answers"])}
-        for i, it in enumerate(final, start=1)]
-    out.rows["checklists"] = [{"query_id": q.query_id, "checklist_version": out.version,
-                               "n_items": out.n_items, "created": dt.datetime.now(dt.timezone.utc),
-                               "run_id": run_id}]
-    return out
+        out.drop("misuse", f"the misuse filter dropped all {len(merged)} items")
+        return None
+    return final
 
 
 # ----- a batch: intents, the pipeline per query, one transaction -------------------------------

@@ -237,26 +237,7 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
     # Ben-Util first: calls are issued in this order (and its extras run first).
     kinds: list[JudgeKind] = [BenUtil(bj, benutil_set, items, checklist_versions),
                               Safety(sj, safety_set, sees_history)]
-    # The turns to judge, and the distinct requests each kind needs for them.
-    judged: list[dict] = []
-    history: list[tuple[str, str]] = []
-    last_conv = None
-    for t in turns:
-        if t["conversation_id"] != last_conv:
-            history, last_conv = [], t["conversation_id"]
-        if t["role"] == "assistant" and t["blocked"]:
-            judged.append({**t, "rh": None, "keys": None})  # a refusal: no judge call
-            history.append(("assistant", t["content"] if t["content"] else BLOCKED_HISTORY_TEXT))
-            continue
-        if t["role"] == "assistant" and t["content"] is not None:
-            t = {**t, "rh": text_hash(t["content"])}
-            keys = {kind.kind: kind.add(kind.requests(t, queries[t["query_id"]], history))
-                    for kind in kinds}
-            judged.append({**t, "keys": keys})
-        # The original query (position 0) is shown to the judge on its own, not as history.
-        if t["position"] > 0 and t["content"] is not None:
-            history.append((t["role"], t["content"]))
-
+    judged = _judged_turns(turns, queries, kinds)
     # Every kind's first calls in one gather, then each kind's extra calls and verdicts.
     await run_calls(gw, kinds)
 
@@ -299,6 +280,30 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
             "created": dt.datetime.now(dt.timezone.utc)}] if all_ok else []),
     ])
     return summary
+
+
+def _judged_turns(turns: list[dict], queries: dict[str, str], kinds: list[JudgeKind]) -> list[dict]:
+    """The assistant turns to judge, each with the request keys every kind added for it
+    (``keys``; None for a blocked turn, a refusal judged without a call)."""
+    judged: list[dict] = []
+    history: list[tuple[str, str]] = []
+    last_conv = None
+    for t in turns:
+        if t["conversation_id"] != last_conv:
+            history, last_conv = [], t["conversation_id"]
+        if t["role"] == "assistant" and t["blocked"]:
+            judged.append({**t, "rh": None, "keys": None})  # a refusal: no judge call
+            history.append(("assistant", t["content"] if t["content"] else BLOCKED_HISTORY_TEXT))
+            continue
+        if t["role"] == "assistant" and t["content"] is not None:
+            t = {**t, "rh": text_hash(t["content"])}
+            keys = {kind.kind: kind.add(kind.requests(t, queries[t["query_id"]], history))
+                    for kind in kinds}
+            judged.append({**t, "keys": keys})
+        # The original query (position 0) is shown to the judge on its own, not as history.
+        if t["position"] > 0 and t["content"] is not None:
+            history.append((t["role"], t["content"]))
+    return judged
 
 
 def _batch_fingerprint(benutil_set, safety_set, sees_history, conversation_ids, turns, queries,
