@@ -1,8 +1,9 @@
 """Report sections of the episode engine's benchmarks (one module per built-in section,
 registered with ``@section(name, title=...)`` from tasks/engine/registry.py), and what every
 section needs: its spec's view prefix, reading its views without crashing on an old or sparse
-warehouse, and a Markdown table. A section is ``fn(wh, spec) -> Markdown``: it reads the views
-of the spec it is given (the spec's ``views.prefix``), never a benchmark's name of its own."""
+warehouse (or saying that nothing was played yet), a number with its count, and a Markdown
+table. A section is ``fn(wh, spec) -> Markdown``: it reads the views of the spec it is given
+(the spec's ``views.prefix``), never a benchmark's name of its own."""
 
 from __future__ import annotations
 
@@ -22,6 +23,37 @@ def read_views(wh, queries: dict[str, str], what: str) -> dict[str, list[dict]] 
         return {name: wh.query(sql) for name, sql in queries.items()}
     except Exception as e:  # noqa: BLE001 - say so in the report, never crash it
         return f"Not computed: the {what} views cannot be read ({' '.join(str(e).split())[:200]})."
+
+
+def section_views(wh, spec, what: str, views: dict[str, str], *, needs: tuple[str, ...],
+                  nothing: str, label: str | None = None) -> dict[str, list[dict]] | str:
+    """{name: rows} of the spec's views, or the one line the section shows instead.
+
+    ``views`` gives each name its view and order (``{"summary": "summary ORDER BY target"}``
+    reads ``SELECT * FROM <prefix>_summary ORDER BY target``). The line is read_views' when
+    the views cannot be read (``label`` names them; default ``what``), or "Not computed:
+    <nothing> (run the episodes and verdicts stages)." when none of ``needs`` has a row."""
+    p = view_prefix(spec, what)
+    rows = read_views(wh, {name: f"SELECT * FROM {p}_{q}" for name, q in views.items()},
+                      label or what)
+    if isinstance(rows, str):
+        return rows
+    if not any(rows[name] for name in needs):
+        return f"Not computed: {nothing} (run the episodes and verdicts stages)."
+    return rows
+
+
+def number(value, n=None, *, pct: bool = False, digits: int | None = None,
+           signed: bool = False) -> str:
+    """A measure as text: "n/a" for None; a share as a percentage (1 decimal) or a number
+    (3 decimals, ``signed``: with its sign); "(n=k)" after it when a count is given."""
+    if value is None:
+        return "n/a"
+    if pct:
+        text = f"{100 * value:.{1 if digits is None else digits}f}%"
+    else:
+        text = f"{value:{'+' if signed else ''}.{3 if digits is None else digits}f}"
+    return f"{text} (n={n})" if n is not None else text
 
 
 def _cell(text) -> str:

@@ -8,7 +8,7 @@ it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is sco
 from __future__ import annotations
 
 from tasks.engine.registry import section as register_section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import md_table, number, section_views
 
 TITLE = "Clarify or answer: asking when a question is ambiguous"
 
@@ -20,15 +20,8 @@ PATHS = (
 )
 
 
-def _pct(value, n=None) -> str:
-    if value is None:
-        return "n/a"
-    text = f"{100 * value:.1f}%"
-    return f"{text} (n={n})" if n is not None else text
-
-
-def _num(value) -> str:
-    return "n/a" if value is None else f"{value:+.3f}"
+def _pct(value, n=None) -> str:  # this section's shares are percentages
+    return number(value, n, pct=True)
 
 
 def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judged") -> str:
@@ -39,17 +32,14 @@ def _rate(rates: dict, target: str, ambiguous: bool, col: str, n: str = "n_judge
 @register_section('clarify', title=TITLE)
 def section(wh, spec) -> str:
     """The section of ``spec``'s views (its name prefix; ``clarify_*`` for the built-in spec)."""
-    p = view_prefix(spec, "clarify")
-    views = read_views(wh, {
-        "summary": f"SELECT * FROM {p}_summary ORDER BY target",
-        "rates": f"SELECT * FROM {p}_rates ORDER BY target, condition, ambiguous",
-        "acc": f"SELECT * FROM {p}_accuracy ORDER BY target, ambiguous DESC, path"}, "clarify")
+    views = section_views(wh, spec, "clarify", {
+        "summary": "summary ORDER BY target",
+        "rates": "rates ORDER BY target, condition, ambiguous",
+        "acc": "accuracy ORDER BY target, ambiguous DESC, path"},
+        needs=("summary",), nothing="no completed clarify episode has verdicts yet")
     if isinstance(views, str):
         return views
     summary, rates, acc = views["summary"], views["rates"], views["acc"]
-    if not summary:
-        return ("Not computed: no completed clarify episode has verdicts yet "
-                "(run the episodes and verdicts stages).")
     by = {(r["target"], r["condition"], r["ambiguous"]): r for r in rates}
     lines = ["The first act is the act judge's reading of the target's first response. "
              "Under-clarification: an ambiguous question answered without asking; "
@@ -90,8 +80,9 @@ def section(wh, spec) -> str:
                 row.append(_pct(r["equivalent"], r["n_equiv_scored"]))
             body.append(row)
         lines += md_table(headers, body)
-        gaps = [[r["target"], _num(r["gap_contains"]), _num(r["gap_token_f1"]),
-                 _num(r["gap_equivalent"])] for r in summary]
+        gaps = [[r["target"]] + [number(r[c], signed=True) for c in
+                                 ("gap_contains", "gap_token_f1", "gap_equivalent")]
+                for r in summary]
         lines += ["", "The gap (ambiguous items): accuracy after an on-target clarification "
                   "minus accuracy on the disambiguated question (negative: clarifying did "
                   "not recover what stating the intent up front gives).", ""]

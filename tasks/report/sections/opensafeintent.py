@@ -7,7 +7,7 @@ measure no set could feed is "n/a", and a report with no scored response says wh
 from __future__ import annotations
 
 from tasks.engine.registry import section as register_section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import md_table, number, section_views
 
 TITLE = "OpenSafeIntent: intent-calibrated safe completion"
 
@@ -25,28 +25,18 @@ SUMMARY = (
 )
 
 
-def _num(value, n=None) -> str:
-    if value is None:
-        return "n/a"
-    text = f"{value:.3f}"
-    return f"{text} (n={n})" if n is not None else text
-
-
 @register_section('opensafeintent', title=TITLE)
 def section(wh, spec) -> str:
     """The section of ``spec``'s views (its name prefix; ``osi_*`` for the built-in spec)."""
-    p = view_prefix(spec, "opensafeintent")
-    views = read_views(wh, {
-        "summary": f"SELECT * FROM {p}_summary ORDER BY target",
-        "by_cond": f"SELECT * FROM {p}_by_condition ORDER BY target, condition",
-        "by_domain": f"SELECT * FROM {p}_by_domain ORDER BY target, harm_domain",
-        "follow": f"SELECT * FROM {p}_followups ORDER BY target, condition"}, "OpenSafeIntent")
+    views = section_views(wh, spec, "opensafeintent", {
+        "summary": "summary ORDER BY target",
+        "by_cond": "by_condition ORDER BY target, condition",
+        "by_domain": "by_domain ORDER BY target, harm_domain",
+        "follow": "followups ORDER BY target, condition"}, label="OpenSafeIntent",
+        needs=("summary",), nothing="no OpenSafeIntent episode has been played yet")
     if isinstance(views, str):
         return views
     summary, by_cond, by_domain = views["summary"], views["by_cond"], views["by_domain"]
-    if not summary:
-        return ("Not computed: no OpenSafeIntent episode has been played yet "
-                "(run the episodes and verdicts stages).")
     if not any(r["n_scored"] for r in by_cond):
         n = sum(r["n_sets"] for r in summary)
         return (f"Not computed: no response of the {n} (target, prompt set) pairs played has "
@@ -57,7 +47,7 @@ def section(wh, spec) -> str:
              "set lacking a framing or with an unscored verdict is left out of the measures "
              "that need it (rules O1-O10 in tasks/benchmarks/opensafeintent/views.sql).", ""]
     headers = ["measure"] + [r["target"] for r in summary]
-    rows = [[label] + [_num(r[col], r[ncol]) for r in summary] for col, label, ncol in SUMMARY]
+    rows = [[label] + [number(r[col], r[ncol]) for r in summary] for col, label, ncol in SUMMARY]
     rows.append(["prompt sets (left out of the triplet)"]
                 + [f"{r['n_sets']} ({r['n_left_out_triplet']})" for r in summary])
     lines += md_table(headers, rows)
@@ -71,8 +61,8 @@ def section(wh, spec) -> str:
             ["target", "condition", "scored / responses", "helpfulness", "harmfulness",
              "safe rate", "utility"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_responses']}",
-              _num(r["mean_helpfulness"]), _num(r["mean_harmfulness"]), _num(r["safe_rate"]),
-              _num(r["mean_utility"])] for r in by_cond])
+              number(r["mean_helpfulness"]), number(r["mean_harmfulness"]), number(r["safe_rate"]),
+              number(r["mean_utility"])] for r in by_cond])
 
     follow = views["follow"]
     if follow:
@@ -84,7 +74,7 @@ def section(wh, spec) -> str:
             ["target", "condition", "scored / episodes", "first utility", "last utility",
              "recovery"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_episodes']}",
-              _num(r["first_utility"]), _num(r["last_utility"]), _num(r["recovery"])]
+              number(r["first_utility"]), number(r["last_utility"]), number(r["recovery"])]
              for r in follow])
 
     if len({r["harm_domain"] for r in by_domain}) > 1:
@@ -93,6 +83,6 @@ def section(wh, spec) -> str:
             ["target", "harm domain", "triplet sets", "triplet safety", "mean utility",
              "intent-calibrated utility"],
             [[r["target"], str(r["harm_domain"]), f"{r['n_triplet']} / {r['n_sets']}",
-              _num(r["triplet_safety"]), _num(r["mean_utility"]),
-              _num(r["intent_calibrated_utility"])] for r in by_domain])
+              number(r["triplet_safety"]), number(r["mean_utility"]),
+              number(r["intent_calibrated_utility"])] for r in by_domain])
     return "\n".join(lines)
