@@ -16,7 +16,7 @@ from html import escape
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.engine.registry import section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import md_table, number, section_views
 
 TITLE = "ClarifyMT: when to ask and when to answer, with personas"
 MODES = (("live", "live (the persona user replies)"), ("static", "static prefix (stored dialogue)"))
@@ -31,8 +31,7 @@ def cell(value, n, min_n: int, pct: bool = True) -> str:
     """A number with its count, or "too few (n=k; needs min_n)"."""
     if n is None or n < min_n or value is None:
         return f"too few (n={n or 0}; needs {min_n})"
-    text = f"{100 * value:.1f}%" if pct else f"{value:.2f}"
-    return f"{text} (n={n})"
+    return number(value, n, pct=pct, digits=None if pct else 2)
 
 
 def _colour(v: float) -> str:
@@ -198,19 +197,14 @@ class ClarifyMTSection:
         self.min_n = (args or SectionArgs()).min_n
 
     def __call__(self, wh, spec) -> str:
-        p = view_prefix(spec, "clarifymt")
-        views = read_views(wh, {
-            "summary": f"SELECT * FROM {p}_summary ORDER BY mode, target",
-            "acc": f"SELECT * FROM {p}_act_accuracy ORDER BY mode, target, depth, dimension, persona",
-            "clar": f"SELECT * FROM {p}_clarification ORDER BY mode, target, persona",
-            "answers": f"SELECT * FROM {p}_answers ORDER BY mode, target, depth NULLS LAST, persona",
-            "slots": f"SELECT * FROM {p}_slots ORDER BY mode, target, persona",
-            "tta": f"SELECT * FROM {p}_turns_to_answer ORDER BY target, persona",
-            "quality": f"SELECT * FROM {p}_question_quality ORDER BY mode, target, persona",
-            "fidelity": f"SELECT * FROM {p}_persona_fidelity ORDER BY target, persona"}, "clarifymt")
-        if isinstance(views, str):
-            return views
-        if not views["summary"]:
-            return ("Not computed: no completed ClarifyMT episode has act verdicts yet "
-                    "(run the episodes and verdicts stages).")
-        return render(views, self.min_n)
+        views = section_views(wh, spec, "clarifymt", {
+            "summary": "summary ORDER BY mode, target",
+            "acc": "act_accuracy ORDER BY mode, target, depth, dimension, persona",
+            "clar": "clarification ORDER BY mode, target, persona",
+            "answers": "answers ORDER BY mode, target, depth NULLS LAST, persona",
+            "slots": "slots ORDER BY mode, target, persona",
+            "tta": "turns_to_answer ORDER BY target, persona",
+            "quality": "question_quality ORDER BY mode, target, persona",
+            "fidelity": "persona_fidelity ORDER BY target, persona"},
+            needs=("summary",), nothing="no completed ClarifyMT episode has act verdicts yet")
+        return views if isinstance(views, str) else render(views, self.min_n)

@@ -22,7 +22,7 @@ from html import escape
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.engine.registry import section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import md_table, number, section_views
 
 TITLE = "Personas and intent drift: tracking the latent intent"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
@@ -132,15 +132,11 @@ def svg_curves(series: dict[str, list[tuple[int, float]]], title: str, y_label: 
     return f"![{title}](data:image/svg+xml;base64,{data})"
 
 
-def _f(v, digits: int = 3) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
 def _curve_table(rows: list[dict], col: str, n_col: str) -> list[str]:
     targets = sorted({r["target"] for r in rows})
     turns = sorted({r["model_turn"] for r in rows})
     by = {(r["target"], r["model_turn"]): r for r in rows}
-    body = [[str(t)] + [f"{_f(by[(g, t)][col])} (n={by[(g, t)][n_col]})" if (g, t) in by
+    body = [[str(t)] + [f"{number(by[(g, t)][col])} (n={by[(g, t)][n_col]})" if (g, t) in by
                         else "n/a" for g in targets] for t in turns]
     return md_table(["model turn"] + targets, body)
 
@@ -161,7 +157,8 @@ def _warmup_lines(warm: list[dict], alpha: float) -> list[str]:
     for t in sorted({r["target"] for r in warm}):
         band = warmup([(r["model_turn"], r["accuracy"]) for r in warm if r["target"] == t], alpha)
         rows.append([t] + (["fewer than 2 scored turns"] + [""] * 3 if band is None else
-                           [_f(band["plateau"]), _f(band["first"]), str(band["warmup_turn"] or "never"),
+                           [number(band["plateau"]), number(band["first"]),
+                            str(band["warmup_turn"] or "never"),
                             "yes" if band["warm_up"] else "no"]))
     return out + [""] + md_table(["target", "plateau", "turn 1", "in band from turn",
                                   "warm-up effect"], rows)
@@ -173,26 +170,23 @@ class EytSection:
         self.alpha = args.alpha
 
     def __call__(self, wh, spec) -> str:
-        p = view_prefix(spec, "eyt")
-        views = read_views(wh, {
-            "ficr": f"SELECT * FROM {p}_ficr ORDER BY target, persona_source",
-            "warm": f"SELECT * FROM {p}_warmup ORDER BY target, model_turn",
-            "drift": f"SELECT * FROM {p}_drift ORDER BY target, model_turn",
-            "subj": f"SELECT * FROM {p}_subjective ORDER BY target",
-            "judges": f"SELECT * FROM {p}_judge_scores ORDER BY kind, measure, judge_index"},
-            "eyt")
+        views = section_views(wh, spec, "eyt", {
+            "ficr": "ficr ORDER BY target, persona_source",
+            "warm": "warmup ORDER BY target, model_turn",
+            "drift": "drift ORDER BY target, model_turn",
+            "subj": "subjective ORDER BY target",
+            "judges": "judge_scores ORDER BY kind, measure, judge_index"},
+            needs=("ficr", "warm", "drift", "subj"),
+            nothing="no completed EYT episode has verdicts yet")
         if isinstance(views, str):
             return views
-        if not (views["ficr"] or views["warm"] or views["drift"] or views["subj"]):
-            return ("Not computed: no completed EYT episode has verdicts yet "
-                    "(run the episodes and verdicts stages).")
         lines = ["Each target states its perceived intent beside every reply (never shown to "
                  "the simulated user). Unscored verdicts are left out and counted (rules Y1-Y6 "
                  "in the views.sql beside the spec).", "",
                  "Final-intent completion rate (FICR) by persona source:", ""]
         lines += md_table(["target", "persona source", "scored / episodes", "FICR"],
                           [[r["target"], r["persona_source"], f"{r['n_scored']} / {r['n_episodes']}",
-                            _f(r["ficr"])] for r in views["ficr"]]) if views["ficr"] else [
+                            number(r["ficr"])] for r in views["ficr"]]) if views["ficr"] else [
             "Not computed: no final-intent verdict."]
         lines += _warmup_lines(views["warm"], self.alpha)
         lines += ["", "Intent drift by turn (cosine distance, perceived vs latent intent):", ""]
@@ -205,15 +199,16 @@ class EytSection:
         lines += ["", "Subjective dimensions (1-5, mean over episodes):", ""]
         lines += md_table(["target", "scored / episodes", "empathy", "persona consistency",
                            "anthropomorphism"],
-                          [[r["target"], f"{r['n_scored']} / {r['n_episodes']}", _f(r["empathy"], 2),
-                            _f(r["persona_consistency"], 2), _f(r["anthropomorphism"], 2)]
+                          [[r["target"], f"{r['n_scored']} / {r['n_episodes']}"]
+                           + [number(r[c], digits=2) for c in
+                              ("empathy", "persona_consistency", "anthropomorphism")]
                            for r in views["subj"]]) if views["subj"] else [
             "Not computed: no subjective verdict."]
         stab = ranking_stability(views["judges"])
         lines += ["", "Ranking stability across judges (Kendall's tau-b of the targets' means):", ""]
         lines += md_table(["judge kind", "measure", "judge A", "judge B", "targets", "tau-b"],
                           [[s["kind"], s["measure"], s["judge_a"], s["judge_b"],
-                            str(s["n_targets"]), _f(s["tau"])] for s in stab]) if stab else [
+                            str(s["n_targets"]), number(s["tau"])] for s in stab]) if stab else [
             "Not computed: one judge model per judge (give eyt_judge a list of models to compare "
             "their rankings)."]
         return "\n".join(lines)
