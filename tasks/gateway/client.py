@@ -33,7 +33,7 @@ from tasks.gateway.result import CallResult
 from tasks.gateway.transport import (  # noqa: F401
     _FENCE, _SAFETY_MARKS, Failure, Reply, _is_safety_block, _litellm, _reasoning_tokens,
     _retry_after, _schema_json, _supported_params, _with_schema_instructions, parse_structured,
-    response_format_for, schema_doc, send,
+    request_kwargs, response_format_for, schema_doc, send,
 )
 from tasks.gateway.shared_limits import shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
@@ -349,29 +349,11 @@ class Gateway:
         self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
         return r
 
-    def _request_kwargs(self, spec: ModelSpec, role: str, messages, schema) -> tuple[dict, list | None]:
-        """litellm's arguments for a call, and the messages to send (the schema appended in
-        "prompt" structured mode). The batch client builds its request lines from the same."""
-        kwargs = {
-            "model": spec.model, "api_base": spec.api_base, "api_key": api_key_for(spec),
-            "timeout": spec.timeout_s, "max_retries": 0, "num_retries": 0,
-            "extra_headers": {"x-carryon-role": role},
-            **{k: v for k, v in spec.generation_params().items() if v is not None},
-        }
-        self._allow_reasoning_params(spec, kwargs)
-        if kwargs["api_key"] is None:
-            # OpenAI-compatible local servers need some key; real providers fall back to
-            # litellm's own env lookup when we pass none.
-            kwargs.pop("api_key")
-            if spec.api_base:
-                kwargs["api_key"] = "none"
-        if schema is not None:
-            rf = response_format_for(schema, spec.structured)
-            if rf is not None:
-                kwargs["response_format"] = rf
-            else:
-                messages = _with_schema_instructions(messages, schema)
-        return kwargs, messages
+    @staticmethod
+    def _request_kwargs(spec: ModelSpec, role: str, messages, schema) -> tuple[dict, list | None]:
+        """litellm's arguments for a call (transport.py), the key read from the environment
+        now; the batch client builds its request lines from the same."""
+        return request_kwargs(spec, role, messages, schema, api_key_for(spec))
 
     async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
         """Send the request with retries (transport) and re-asks (invalid structured output)."""
@@ -422,19 +404,6 @@ class Gateway:
             if pool is not None:
                 return await pool.send(kwargs, convo, prompt)
             return await send(kwargs, convo, prompt)
-
-    @staticmethod
-    def _allow_reasoning_params(spec: ModelSpec, kwargs: dict) -> None:
-        """A reasoning control the provider adapter does not know (``thinking`` on an
-        OpenAI-compatible server) is passed through as is instead of failing: the user set it
-        on purpose, and litellm would otherwise refuse the call (drop_params is off)."""
-        wanted = [k for k in ("reasoning_effort", "thinking") if k in kwargs]
-        if not wanted:
-            return
-        supported = _supported_params(spec.model)
-        extra = [k for k in wanted if k not in supported]
-        if extra:
-            kwargs["allowed_openai_params"] = extra
 
     def _backoff(self, n: int, after: float | None) -> float:
         """Seconds to wait before retry ``n``: what the provider asked for (Retry-After), else

@@ -86,8 +86,18 @@ def parse_structured(content: str, schema_cls: type[BaseModel]) -> tuple[BaseMod
         return schema_cls.model_validate_json(text), None
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "answer"
-        return None, f"{where}: {err['msg']}"
+    if err["type"] == "json_invalid" and "control character" in err["msg"]:
+        # A raw newline or tab inside a string: llama-cpp-python 0.3.36's schema grammar
+        # (`char ::= [^"\\]`) lets constrained decoding write one. Read it as the text it
+        # plainly is (json's strict=False), escaped again so the JSON-mode rules still apply.
+        try:
+            return schema_cls.model_validate_json(json.dumps(json.loads(text, strict=False))), None
+        except ValidationError as e:
+            err = e.errors()[0]
+        except ValueError:
+            pass  # not JSON even so: the first reason stands
+    where = ".".join(str(p) for p in err["loc"]) or "answer"
+    return None, f"{where}: {err['msg']}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -261,3 +271,44 @@ async def send(kwargs: dict, messages: list | None, prompt: str | None) -> Reply
         return reply_of(await litellm.atext_completion(prompt=prompt, **kwargs), True)
     except Exception as e:
         return failure_of(e)
+
+
+def request_kwargs(spec, role: str, messages, schema,
+                   api_key: str | None) -> tuple[dict, list | None]:
+    """litellm's arguments for a call, and the messages to send (the schema appended in
+    "prompt" structured mode). The gateway and the batch client build their requests alike
+    (``Gateway._request_kwargs``, which reads the key from the environment)."""
+    kwargs = {
+        "model": spec.model, "api_base": spec.api_base, "api_key": api_key,
+        "timeout": spec.timeout_s, "max_retries": 0, "num_retries": 0,
+        "extra_headers": {"x-carryon-role": role},
+        **{k: v for k, v in spec.generation_params().items() if v is not None},
+    }
+    _allow_reasoning_params(spec, kwargs)
+    if kwargs["api_key"] is None:
+        # OpenAI-compatible local servers need some key; real providers fall back to
+        # litellm's own env lookup when we pass none.
+        kwargs.pop("api_key")
+        if spec.api_base:
+            kwargs["api_key"] = "none"
+    if schema is not None:
+        rf = response_format_for(schema, spec.structured)
+        if rf is not None:
+            kwargs["response_format"] = rf
+        else:
+            messages = _with_schema_instructions(messages, schema)
+    return kwargs, messages
+
+
+def _allow_reasoning_params(spec, kwargs: dict) -> None:
+    """A reasoning control the provider adapter does not know (``thinking`` on an
+    OpenAI-compatible server) is passed through as is instead of failing: the user set it
+    on purpose, and litellm would otherwise refuse the call (drop_params is off)."""
+    wanted = [k for k in ("reasoning_effort", "thinking") if k in kwargs]
+    if not wanted:
+        return
+    supported = _supported_params(spec.model)
+    extra = [k for k in wanted if k not in supported]
+    if extra:
+        kwargs["allowed_openai_params"] = extra
+
