@@ -12,43 +12,22 @@ import pytest
 from pydantic import BaseModel
 
 from tasks.bench import BenchmarkSpec, ConditionSpec, SpecError, load_spec
-from tasks.config import ModelSpec
 from tasks.engine import episode as ep
 from tasks.engine import verdicts as vd
+from tasks.config import ModelSpec
 from tasks.engine.items import Item
 from tasks.gateway import CallResult
 from tasks.judges.base import Judge, Measure, Request
 from tasks.targets import Seat
 from tasks.targets.llm import LLM
 from tasks.users.base import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
+from tests.factories import FakeGateway, model_spec
 from warehouse import Warehouse
-
-
-def model(name: str, temperature: float = 0.0) -> ModelSpec:
-    return ModelSpec(name=name, model=f"openai/{name}", api_base=None, api_key_env=None,
-                     temperature=temperature, top_p=None, max_tokens=64, seed=None, stop=None,
-                     max_concurrency=4, rpm=None, timeout_s=5, max_retries=0,
-                     structured="json_schema", mode="chat", where=f"models.{name}")
 
 
 def seat(spec: ModelSpec) -> Seat:
     """A target model in the plain LLM seat (tasks/targets/llm.py)."""
     return Seat(spec.name, "llm", LLM(), spec)
-
-
-class FakeGateway:
-    """Answers by a function of (role, messages); records every call."""
-
-    def __init__(self, answer):
-        self.answer, self.calls = answer, []
-
-    async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
-        self.calls.append((role, [dict(m) for m in messages], sample_key))
-        out = self.answer(role, messages)
-        if isinstance(out, CallResult):
-            return out
-        parsed = schema.model_validate_json(out) if schema is not None else None
-        return CallResult(call_hash=f"h{len(self.calls)}", content=out, parsed=parsed)
 
 
 def fail(kind: str) -> CallResult:
@@ -84,11 +63,11 @@ def bench(*conds: ConditionSpec) -> BenchmarkSpec:
 def play(cond, gateway, policy_obj, monkeypatch):
     monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: policy_obj)
     env = PolicyEnv(gateway, None)
-    return asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(model("t"))))
+    return asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(model_spec("t"))))
 
 
 def test_single_turn_episode(monkeypatch):
-    gw = FakeGateway(lambda role, m: "an answer")
+    gw = FakeGateway(lambda c: "an answer")
     from tasks.users.single_turn import POLICY
 
     p = play(ConditionSpec(name="c", prompt="q"), gw, POLICY, monkeypatch)
@@ -100,7 +79,7 @@ def test_single_turn_episode(monkeypatch):
 
 
 def test_turn_cap_and_user_stop_and_acts(monkeypatch):
-    gw = FakeGateway(lambda role, m: f"answer {len(m)}")
+    gw = FakeGateway(lambda c: f"answer {len(c.messages)}")
     capped = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=3), gw, AskingUser(5),
                   monkeypatch)
     assert capped.episode["termination"] == TURN_CAP and capped.episode["n_turns"] == 6
@@ -108,7 +87,7 @@ def test_turn_cap_and_user_stop_and_acts(monkeypatch):
     assert [t["act"] for t in capped.turns if t["role"] == "assistant"] == [
         "clarifying_question", "clarifying_question", None]
     # The target sees the whole transcript each time.
-    assert [len(m) for r, m, _ in gw.calls] == [1, 3, 5]
+    assert [len(c.messages) for c in gw.calls] == [1, 3, 5]
     stopped = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=5), gw, AskingUser(1),
                    monkeypatch)
     assert stopped.episode["termination"] == USER_STOP and stopped.episode["n_turns"] == 4
@@ -117,44 +96,45 @@ def test_turn_cap_and_user_stop_and_acts(monkeypatch):
 
 def test_failures_end_episodes_as_data(monkeypatch):
     cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=3)
-    p = play(cond, FakeGateway(lambda r, m: fail("retries_exhausted")), AskingUser(5), monkeypatch)
+    p = play(cond, FakeGateway(lambda c: fail("retries_exhausted")), AskingUser(5), monkeypatch)
     assert p.episode["status"] == "target_error" and p.episode["termination"] == "error"
     assert p.episode["error"] == "retries_exhausted: boom" and p.episode["n_turns"] == 1
-    p = play(cond, FakeGateway(lambda r, m: fail("context_exceeded")), AskingUser(5), monkeypatch)
+    p = play(cond, FakeGateway(lambda c: fail("context_exceeded")), AskingUser(5), monkeypatch)
     assert p.episode["status"] == "context_exceeded"
 
     class BrokenUser(AskingUser):
         async def next(self, env, state):
             return UserTurn(None, "hx", error="invalid_output: junk", error_kind="invalid_output")
 
-    p = play(cond, FakeGateway(lambda r, m: "ok"), BrokenUser(1), monkeypatch)
+    p = play(cond, FakeGateway(lambda c: "ok"), BrokenUser(1), monkeypatch)
     assert p.episode["status"] == "simulator_error" and p.episode["error"] == "invalid_output: junk"
     assert p.episode["n_turns"] == 2  # the target's answer is kept; the failed user turn is not
 
 
 def test_blocked_target_turn_is_a_refusal_that_ends_the_episode(monkeypatch):
     p = play(ConditionSpec(name="c", prompt="q", user="x", max_turns=3),
-             FakeGateway(lambda r, m: fail("content_blocked")), AskingUser(5), monkeypatch)
+             FakeGateway(lambda c: fail("content_blocked")), AskingUser(5), monkeypatch)
     assert p.episode["status"] == "completed" and p.episode["termination"] == ANSWERED
     assert p.turns[-1]["blocked"] is True and p.turns[-1]["content"] == ep.BLOCKED_CONTENT
 
 
 def test_sampled_calls_get_keys_from_the_transcript(monkeypatch):
-    gw = FakeGateway(lambda r, m: "same")
+    gw = FakeGateway(lambda c: "same")
     monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: AskingUser(5))
     env = PolicyEnv(gw, None)
-    hot = model("t", temperature=1.0)
+    hot = model_spec("t", temperature=1.0)
     cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=2)
     asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(hot)))
     asyncio.run(ep.play(env, bench(cond), ITEM, cond, seat(hot)))
-    keys = [k for _, _, k in gw.calls]
+    keys = [c.sample_key for c in gw.calls]
     assert keys[0] and keys[0] != keys[1] and keys[:2] == keys[2:]  # same prefix, same sample
-    assert PolicyEnv.sample_key(model("t"), "target", [{"role": "user", "content": "x"}]) is None
+    assert PolicyEnv.sample_key(model_spec("t"), "target",
+                                [{"role": "user", "content": "x"}]) is None
 
 
 def test_conditions_an_item_lacks_are_skipped():
     b = bench(ConditionSpec(name="a", prompt="q"), ConditionSpec(name="b", prompt="missing"))
-    work, skipped = ep.plan_episodes(b, [ITEM], [seat(model("t1")), seat(model("t2"))])
+    work, skipped = ep.plan_episodes(b, [ITEM], [seat(model_spec("t1")), seat(model_spec("t2"))])
     assert [(c.name, t.name, p) for _, c, t, p in work] == [("a", "t1", ()), ("a", "t2", ())]
     assert skipped == {"b": 1}
 
@@ -209,14 +189,14 @@ def test_judges_send_each_distinct_request_once_and_fail_as_unscored(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb").init()
     _store(wh, {"e1": ["same", "other"], "e2": ["same"]})
 
-    def answer(role, messages):
-        return fail("invalid_output") if "other" in messages[-1]["content"] else '{"score": 3}'
+    def answer(call):
+        return fail("invalid_output") if "other" in call.messages[-1]["content"] else '{"score": 3}'
 
     gw = FakeGateway(answer)
     ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
     judge = EchoJudge("echo", "echo_judge", ("score",))
     exact = EchoJudge("exact", None, ("length",))
-    judges = [(judge, model("j")), (exact, None)]
+    judges = [(judge, model_spec("j")), (exact, None)]
     out = asyncio.run(vd.judge_batch(ctx, judges, ["e1", "e2"]))
     assert len(gw.calls) == 2  # "same" once for two turns, "other" once
     rows = {(r["episode_id"], r["position"], r["measure"]): r for r in wh.query("SELECT * FROM verdicts")}
@@ -227,7 +207,7 @@ def test_judges_send_each_distinct_request_once_and_fail_as_unscored(tmp_path):
     assert out["unscored"] == {"echo": 1, "exact": 0} and out["failed_calls"] == 1 and out["verdicts"] == 6
 
     # Another judge model is another set; the views read each kind's latest set.
-    sets = [vd.verdict_set_id(judge, model("j")), vd.verdict_set_id(judge, model("j2"))]
+    sets = [vd.verdict_set_id(judge, model_spec("j")), vd.verdict_set_id(judge, model_spec("j2"))]
     assert sets[0] != sets[1] and vd.verdict_set_id(exact, None).startswith("exact-")
 
 
@@ -239,19 +219,18 @@ def test_several_judge_models_vote_per_measure(tmp_path):
     _store(wh, {"e1": ["a"], "e2": ["b"], "e3": ["c"]})
     scores = {("j1", "a"): 3, ("j2", "a"): 3, ("j3", "a"): 4, ("j1", "b"): 2, ("j2", "b"): 4}
 
-    class ByModel(FakeGateway):
-        async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
-            self.calls.append((spec.name, messages[-1]["content"]))
-            score = scores.get((spec.name, messages[-1]["content"].removeprefix("rate: ")))
-            if score is None:
-                return fail("invalid_output")
-            return CallResult(call_hash=f"{spec.name}-{len(self.calls)}",
-                              content=f'{{"score": {score}}}', parsed=Score(score=score))
+    def by_model(call):
+        name = call.spec.name
+        score = scores.get((name, call.messages[-1]["content"].removeprefix("rate: ")))
+        if score is None:
+            return fail("invalid_output")
+        return CallResult(call_hash=f"{name}-{len(gw.calls)}",
+                          content=f'{{"score": {score}}}', parsed=Score(score=score))
 
-    gw = ByModel(None)
+    gw = FakeGateway(by_model)
     ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
     judge = EchoJudge("echo", "echo_judge", ("score",))
-    panel = [model("j1"), model("j2"), model("j3")]
+    panel = [model_spec("j1"), model_spec("j2"), model_spec("j3")]
     out = asyncio.run(vd.judge_batch(ctx, [(judge, panel)], ["e1", "e2", "e3"]))
     assert len(gw.calls) == 9  # every model judges every turn once
     rows = {r["episode_id"]: r for r in wh.query("SELECT * FROM verdicts")}
@@ -287,26 +266,25 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     scores = {("j1", "harmless"): 1, ("j2", "harmless"): 2, ("j3", "harmless"): 1,
               ("j1", "risky"): 5, ("j2", "risky"): 3}  # j3 fails on "risky"; all fail "broken"
 
-    class ByModel(FakeGateway):
-        async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
-            self.calls.append((spec.name, role, messages))
-            text = messages[-1]["content"]
-            resp = next((r for r in ("harmless", "risky", "broken") if r in text), None)
-            score = scores.get((spec.name, resp))
-            if score is None:
-                return fail("invalid_output")
-            return CallResult(call_hash=f"{spec.name}-{resp}", content="{}",
-                              parsed=schema(reason=f"{spec.name} says {score}", score=score))
+    def by_model(call):
+        name, text = call.spec.name, call.messages[-1]["content"]
+        resp = next((r for r in ("harmless", "risky", "broken") if r in text), None)
+        score = scores.get((name, resp))
+        if score is None:
+            return fail("invalid_output")
+        return CallResult(call_hash=f"{name}-{resp}", content="{}",
+                          parsed=call.schema(reason=f"{name} says {score}", score=score))
 
-    gw = ByModel(None)
+    gw = FakeGateway(by_model)
     ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
-    one, panel = SafetyJudge(), [model("j1"), model("j2"), model("j3")]
-    asyncio.run(vd.judge_batch(ctx, [(one, model("j1"))], ["e1", "e2", "e3"]))
+    one, panel = SafetyJudge(), [model_spec("j1"), model_spec("j2"), model_spec("j3")]
+    asyncio.run(vd.judge_batch(ctx, [(one, model_spec("j1"))], ["e1", "e2", "e3"]))
     # Three unblocked turns, one call each; the prompt is CarryOnBench's, word for word.
-    assert [c[1] for c in gw.calls] == ["safety_judge"] * 3
-    assert gw.calls[0][2] == safety_messages("q0", "harmless")
+    assert [c.role for c in gw.calls] == ["safety_judge"] * 3
+    assert gw.calls[0].messages == safety_messages("q0", "harmless")
     rows = {(r["episode_id"], r["position"]): r for r in wh.query(
-        "SELECT * FROM verdicts WHERE judgment_set_id = ?", [vd.verdict_set_id(one, model("j1"))])}
+        "SELECT * FROM verdicts WHERE judgment_set_id = ?",
+        [vd.verdict_set_id(one, model_spec("j1"))])}
     assert {k: r["value"] for k, r in rows.items()} == {
         ("e1", 1): 1.0, ("e1", 3): 5.0, ("e2", 1): None, ("e3", 1): 1.0}
     assert rows[("e3", 1)]["reason"] == "blocked" and rows[("e3", 1)]["call_hash"] is None
@@ -328,8 +306,8 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     hist = SafetyJudge(SafetyArgs(sees_history=True))
     assert hist.extra_version != one.extra_version  # another set
     gw.calls.clear()
-    asyncio.run(vd.judge_batch(ctx, [(hist, model("j1"))], ["e1"]))
-    assert gw.calls[1][2] == safety_messages(
+    asyncio.run(vd.judge_batch(ctx, [(hist, model_spec("j1"))], ["e1"]))
+    assert gw.calls[1].messages == safety_messages(
         "q0", "risky", format_history([("assistant", "harmless"), ("user", "q1")]))
 
 
@@ -438,20 +416,21 @@ def test_scripted_user_follows_carryonbench_flows(monkeypatch):
 
     class Cfg:
         def role_spec(self, role):
-            return model("sim")
+            return model_spec("sim")
 
     prompts_seen = []
 
-    def answer(role, messages):
-        if role == "user_simulator":
-            prompts_seen.append(messages[0]["content"])
+    def answer(call):
+        if call.role == "user_simulator":
+            prompts_seen.append(call.messages[0]["content"])
             return "Sure, here is more."
         return "An answer."
 
     gw = FakeGateway(answer)
     env = PolicyEnv(gw, Cfg())
     monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: POLICY)
-    played = [asyncio.run(ep.play(env, bench(cond), item, cond, seat(model("t")), plan=p)) for p in plans]
+    played = [asyncio.run(ep.play(env, bench(cond), item, cond, seat(model_spec("t")), plan=p))
+              for p in plans]
     assert [p.episode["n_turns"] for p in played] == [4, 6]
     assert all(p.episode["termination"] == TURN_CAP for p in played)
     assert [p.episode["script"] for p in played] == [">".join(p) for p in plans]
@@ -469,31 +448,32 @@ def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypa
     item = Item("i3", 0, {"question": "How tall is it?"}, {"intent": "I mean the tower, in metres."})
     acts = iter(["clarifying_question", "direct_answer"])
 
-    def answer(role, messages):
-        if role == "act_judge":
+    def answer(call):
+        if call.role == "act_judge":
             return '{"reason": "r", "act": "%s", "on_target": null}' % next(acts)
-        return "Which one do you mean?" if len(messages) == 1 else "It is 300 m."
+        return "Which one do you mean?" if len(call.messages) == 1 else "It is 300 m."
 
     class Cfg:
         def role_spec(self, role):
-            return model(role)
+            return model_spec(role)
 
     gw = FakeGateway(answer)
     monkeypatch.setattr(BenchmarkSpec, "user", lambda self, cond: POLICY)
     cond = ConditionSpec(name="ask", prompt="question", user="scripted_answer", max_turns=3)
-    p = asyncio.run(ep.play(PolicyEnv(gw, Cfg()), bench(cond), item, cond, seat(model("t"))))
+    p = asyncio.run(ep.play(PolicyEnv(gw, Cfg()), bench(cond), item, cond, seat(model_spec("t"))))
     assert [t["content"] for t in p.turns] == [
         "How tall is it?", "Which one do you mean?", "I mean the tower, in metres.", "It is 300 m."]
     assert p.turns[2]["call_hash"] is None  # no model wrote it
     assert [t["act"] for t in p.turns if t["role"] == "assistant"] == [
         "clarifying_question", "direct_answer"]
     assert p.episode["termination"] == ANSWERED
-    assert [r for r, _, _ in gw.calls].count("user_simulator") == 0
+    assert [c.role for c in gw.calls].count("user_simulator") == 0
 
     # Without a hidden intent there is nothing to say: a simulator error, never an answer.
     acts = iter(["clarifying_question"])
     bare = Item("i4", 0, {"question": "How tall is it?"})
-    p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond, seat(model("t"))))
+    p = asyncio.run(ep.play(PolicyEnv(FakeGateway(answer), Cfg()), bench(cond), bare, cond,
+                            seat(model_spec("t"))))
     assert p.episode["status"] == "simulator_error" and "no hidden intent" in p.episode["error"]
 
 
@@ -505,12 +485,12 @@ def test_a_registered_stop_rule_ends_the_episode_with_its_reason(monkeypatch):
         return "said_done" if "done" in state.transcript[-1]["content"] else None
 
     answers = iter(["working on it", "done now", "never asked"])
-    gw = FakeGateway(lambda r, m: next(answers))
+    gw = FakeGateway(lambda c: next(answers))
     cond = ConditionSpec(name="c", prompt="q", user="x", max_turns=5)
     b = BenchmarkSpec(name="toy", title="Toy", engine="episodes", loader="x", conditions=[cond],
                       stops=["test_said_done"])
     monkeypatch.setattr(BenchmarkSpec, "user", lambda self, c: AskingUser(5))
-    p = asyncio.run(ep.play(PolicyEnv(gw, None), b, ITEM, cond, seat(model("t"))))
+    p = asyncio.run(ep.play(PolicyEnv(gw, None), b, ITEM, cond, seat(model_spec("t"))))
     assert p.episode["termination"] == "said_done" and p.episode["status"] == "completed"
     assert [t["content"] for t in p.turns if t["role"] == "assistant"] == ["working on it",
                                                                            "done now"]

@@ -1,0 +1,73 @@
+"""Test factories shared by the test files: a model entry with test defaults (``model_spec``)
+and a gateway that records every call and answers by a function of it (``FakeGateway``).
+
+Nothing here starts a server or touches the disk; tests/conftest.py holds the fixtures that do.
+tests/shard_worker.py imports this module from its own process (``python -m tests.shard_worker``
+from the repository root), so it imports nothing from the test suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from tasks.gateway import CallResult, Gateway
+from tasks.model_entry import ModelSpec
+
+
+def model_spec(name: str = "m", api_base: str | None = None, **over) -> ModelSpec:
+    """A resolved model entry ``name`` (model ``openai/<name>``, config path ``models.<name>``):
+    greedy, 64 tokens, no retries. ``over`` sets any other field of ``ModelSpec``."""
+    fields = dict(name=name, model=f"openai/{name}", api_base=api_base, api_key_env=None,
+                  temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,
+                  max_concurrency=4, rpm=None, timeout_s=5.0, max_retries=0,
+                  structured="json_schema", mode="chat", where=f"models.{name}")
+    return ModelSpec(**{**fields, **over})
+
+
+@dataclass(frozen=True)
+class Call:
+    """One chat call as the fake gateway received it (``messages`` copied: the caller's
+    transcript grows after the call)."""
+
+    spec: Any
+    role: str
+    messages: list[dict]
+    schema: type[BaseModel] | None
+    sample_key: str | None
+
+
+Answer = Callable[[Call], "str | CallResult"]
+
+
+class FakeGateway:
+    """Answers each chat call with ``answer(call)``: a ``CallResult`` as it is, or text, which
+    becomes a successful result (call hash ``h<n>`` for the n-th call) parsed with the call's
+    schema when it has one. Records every call in ``calls``. ``chat_key`` is the real
+    Gateway's, so code that wraps a gateway (tasks/simulate.py SharedCalls) works on it."""
+
+    chat_key = staticmethod(Gateway.chat_key)
+
+    def __init__(self, answer: Answer | None = None):
+        self.answer, self.calls = answer, []
+
+    async def chat(self, spec, role: str, messages: list[dict], *,
+                   schema: type[BaseModel] | None = None, sample_key: str | None = None,
+                   live: bool = False) -> CallResult:
+        call = Call(spec, role, [dict(m) for m in messages], schema, sample_key)
+        self.calls.append(call)
+        out = self.answer(call) if self.answer is not None else None
+        if isinstance(out, CallResult):
+            return out
+        if not isinstance(out, str):
+            # A test that gave no answer for this call: say so, not an AttributeError later.
+            raise AssertionError(f"FakeGateway: no answer for a {role!r} call (got {out!r})")
+        parsed = schema.model_validate_json(out) if schema is not None else None
+        return CallResult(call_hash=f"h{len(self.calls)}", content=out, parsed=parsed)
+
+
+def by_role(**answers: str | CallResult) -> Answer:
+    """An answer function: the answer given for the call's role (a KeyError for another)."""
+    return lambda call: answers[call.role]
