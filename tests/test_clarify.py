@@ -19,6 +19,7 @@ from tasks.judges import act, equivalence, reference
 from tasks.judges.base import TurnView
 from tasks.users import reactive
 from tasks.users.base import ANSWERED, PolicyEnv, EpisodeState, Stop, UserTurn
+from tests.factories import FakeGateway
 from warehouse import Warehouse
 
 
@@ -254,15 +255,9 @@ def test_equivalence_judge():
 
 # --------------------------------------------------------------------------- reactive user
 
-class FakeGateway:
-    def __init__(self, act_result=None, sim_result=None):
-        self.calls = []
-        self.act_result, self.sim_result = act_result, sim_result
-
-    async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
-        self.calls.append(SimpleNamespace(role=role, messages=messages, schema=schema,
-                                          sample_key=sample_key))
-        return self.act_result if role == "act_judge" else self.sim_result
+def _gateway(act_result=None, sim_result=None) -> FakeGateway:
+    """The act judge answers ``act_result``; the user simulator ``sim_result``."""
+    return FakeGateway(lambda call: act_result if call.role == "act_judge" else sim_result)
 
 
 def _ok_act(label, on_target=None):
@@ -288,8 +283,8 @@ def _state(item, response, blocked=False):
 
 def test_reactive_asks_back_from_the_hidden_intent():
     item = _item()
-    gw = FakeGateway(_ok_act("clarifying_question", True),
-                     CallResult(call_hash="h-sim", content=" I mean 2023. "))
+    gw = _gateway(_ok_act("clarifying_question", True),
+                  CallResult(call_hash="h-sim", content=" I mean 2023. "))
     out = asyncio.run(reactive.POLICY.next(_env(gw), _state(item, "Which year do you mean?")))
     assert out == UserTurn("I mean 2023.", "h-sim", act="clarifying_question", act_call_hash="h-act")
     sim = gw.calls[1]
@@ -313,37 +308,37 @@ def test_reactive_persona_from_hidden_or_meta():
 
 @pytest.mark.parametrize("label", ["direct_answer", "hedge", "refusal"])
 def test_reactive_stops_when_the_target_answers(label):
-    gw = FakeGateway(_ok_act(label))
+    gw = _gateway(_ok_act(label))
     out = asyncio.run(reactive.POLICY.next(_env(gw), _state(_item(), "3,150")))
     assert out == Stop(ANSWERED, act=label, act_call_hash="h-act")
     assert [c.role for c in gw.calls] == ["act_judge"]
 
 
 def test_reactive_blocked_turn_is_a_refusal_without_a_call():
-    gw = FakeGateway()
+    gw = _gateway()
     out = asyncio.run(reactive.POLICY.next(_env(gw), _state(_item(), None, blocked=True)))
     assert out == Stop(ANSWERED, act="refusal") and gw.calls == []
 
 
 def test_reactive_failed_calls_end_the_episode_as_errors():
     failed = CallResult(call_hash="h-bad", error="timeout", error_kind="retries_exhausted")
-    out = asyncio.run(reactive.POLICY.next(_env(FakeGateway(failed)), _state(_item(), "?")))
+    out = asyncio.run(reactive.POLICY.next(_env(_gateway(failed)), _state(_item(), "?")))
     assert isinstance(out, UserTurn) and out.content is None and out.act is None
     assert out.error_kind == "retries_exhausted" and "act judge" in out.error
     assert out.call_hash == "h-bad"
-    gw = FakeGateway(_ok_act("clarifying_question", True),
-                     CallResult(call_hash="h-sim", error="500", error_kind="api_error"))
+    gw = _gateway(_ok_act("clarifying_question", True),
+                  CallResult(call_hash="h-sim", error="500", error_kind="api_error"))
     out = asyncio.run(reactive.POLICY.next(_env(gw), _state(_item(), "Which year?")))
     assert out.content is None and out.error_kind == "api_error" and "user simulator" in out.error
     assert out.act == "clarifying_question"
-    empty = FakeGateway(_ok_act("clarifying_question", True), CallResult(call_hash="h", content="  "))
+    empty = _gateway(_ok_act("clarifying_question", True), CallResult(call_hash="h", content="  "))
     out = asyncio.run(reactive.POLICY.next(_env(empty), _state(_item(), "Which year?")))
     assert out.content is None and out.error_kind == "empty_output"
 
 
 def test_policy_and_verdicts_stage_send_the_same_act_request():
     item = _item()
-    gw = FakeGateway(_ok_act("direct_answer"))
+    gw = _gateway(_ok_act("direct_answer"))
     asyncio.run(reactive.POLICY.next(_env(gw), _state(item, "3,150 cakes")))
     policy_messages = gw.calls[0].messages
     # The verdicts stage's view of the same turn: other ids, is_last, a stored-turn dict.
@@ -539,7 +534,7 @@ def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):
 def test_sampled_act_judge_uses_the_verdicts_stage_key():
     from tasks.engine.verdicts import verdict_sample_key
 
-    gw = FakeGateway(_ok_act("direct_answer"))
+    gw = _gateway(_ok_act("direct_answer"))
     env = _env(gw)
     hot = SimpleNamespace(temperature=0.7)
     env.config = SimpleNamespace(role_spec=lambda r: hot)

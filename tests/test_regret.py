@@ -28,6 +28,7 @@ from tasks.judges.base import TurnView
 from tasks.targets import planner as planner_mod
 from tasks.users import responder as responder_mod
 from tasks.users.base import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
+from tests.factories import FakeGateway, by_role
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,14 +313,9 @@ def _item(behaviour="cooperative", hidden=2, rate=0.0, max_turns=5) -> Item:
                 and i.meta["hidden_index"] == hidden)
 
 
-class FakeGateway:
-    def __init__(self, **by_role):
-        self.by_role, self.calls = by_role, []
-
-    async def chat(self, spec, role, messages, *, schema=None, sample_key=None):
-        self.calls.append(SimpleNamespace(role=role, messages=messages, schema=schema,
-                                          sample_key=sample_key))
-        return self.by_role[role]
+def _gateway(**answers) -> FakeGateway:
+    """Each role answers what ``answers`` gives it; a call for another role is a KeyError."""
+    return FakeGateway(by_role(**answers))
 
 
 def _env(gw, temperature=0.0):
@@ -352,8 +348,8 @@ def _responder(verbaliser):
 
 def test_responder_answers_the_mapped_facet_from_the_hidden_intent():
     item = _item(hidden=2)  # film, 2021
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("Year"),
-                     user_simulator=CallResult(call_hash="h-sim", content=" It's 2021. "))
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("Year"),
+                  user_simulator=CallResult(call_hash="h-sim", content=" It's 2021. "))
     out = asyncio.run(_responder("llm").next(_env(gw), _state(item, "Which year do you mean?")))
     assert out == UserTurn("It's 2021.", "h-sim", act="clarifying_question", act_call_hash="h-act")
     assert [c.role for c in gw.calls] == ["act_judge", "facet_mapper", "user_simulator"]
@@ -363,7 +359,7 @@ def test_responder_answers_the_mapped_facet_from_the_hidden_intent():
     sim = gw.calls[2].messages[0]["content"]
     assert 'Say that it is "2021".' in sim and "Villeneuve" not in sim and "film" not in sim
     # The template needs no simulator call.
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"))
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"))
     out = asyncio.run(_responder("template").next(_env(gw), _state(item, "Which year?")))
     assert out.content == "It's 2021." and out.call_hash is None
     assert _responder("template").calls(load_spec("regret").condition("converse")) == {
@@ -374,36 +370,36 @@ def test_responder_answers_the_mapped_facet_from_the_hidden_intent():
 
 def test_responder_behaviours_non_answers_and_stops():
     vague = _item("vague", hidden=1)  # medium: "novel or film" (pinned above)
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("medium"))
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("medium"))
     out = asyncio.run(_responder("template").next(_env(gw), _state(vague, "Book or film?")))
     assert out.content == "Maybe novel, or perhaps film; I'm not sure."
     contra = _item("contradictory", hidden=0)  # year: says 1984 for the 1965 novel
-    out = asyncio.run(_responder("template").next(_env(gw := FakeGateway(
+    out = asyncio.run(_responder("template").next(_env(gw := _gateway(
         act_judge=_act("clarifying_question"), facet_mapper=_facet("year"))), _state(contra, "Year?")))
     assert out.content == "It's 1984."
     for named in ("UNSUPPORTED", "genre"):  # a facet the graph lacks is UNSUPPORTED
-        gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet(named))
+        gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet(named))
         out = asyncio.run(_responder("llm").next(_env(gw), _state(_item(), "Which genre?")))
         assert out.content == responder_mod.NON_ANSWER and len(gw.calls) == 2
     for label in ("direct_answer", "hedge", "refusal"):
-        gw = FakeGateway(act_judge=_act(label))
+        gw = _gateway(act_judge=_act(label))
         out = asyncio.run(_responder("llm").next(_env(gw), _state(_item(), "Herbert.")))
         assert out == Stop(ANSWERED, act=label, act_call_hash="h-act") and len(gw.calls) == 1
 
 
 def test_responder_failures_are_errors_never_answers():
     bad = CallResult(call_hash="h-bad", error="down", error_kind="api_error")
-    out = asyncio.run(_responder("llm").next(_env(FakeGateway(act_judge=bad)), _state(_item(), "?")))
+    out = asyncio.run(_responder("llm").next(_env(_gateway(act_judge=bad)), _state(_item(), "?")))
     assert out.content is None and "act judge" in out.error and out.error_kind == "api_error"
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=bad)
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=bad)
     out = asyncio.run(_responder("llm").next(_env(gw), _state(_item(), "?")))
     assert "facet mapper" in out.error and out.act == "clarifying_question"
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"),
-                     user_simulator=CallResult(call_hash="h", content="  "))
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"),
+                  user_simulator=CallResult(call_hash="h", content="  "))
     out = asyncio.run(_responder("llm").next(_env(gw), _state(_item(), "?")))
     assert out.error_kind == "empty_output"
     # Rules written for a cap of 5 under a condition capped at 3: refused, no call.
-    gw = FakeGateway()
+    gw = _gateway()
     out = asyncio.run(_responder("llm").next(_env(gw), _state(_item(), "?", max_turns=3)))
     assert out.error_kind == "invalid_input" and "max_turns 5" in out.error and gw.calls == []
 
@@ -417,8 +413,8 @@ def _view(item, response, history=(), act_label=None, is_last=False, position=1)
 
 def test_the_judge_sends_the_responders_request_and_scores_turns():
     item = _item(hidden=2)
-    gw = FakeGateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"),
-                     user_simulator=CallResult(call_hash="h", content="2021"))
+    gw = _gateway(act_judge=_act("clarifying_question"), facet_mapper=_facet("year"),
+                  user_simulator=CallResult(call_hash="h", content="2021"))
     asyncio.run(_responder("llm").next(_env(gw), _state(item, "Which year do you mean?")))
     j = regret_judge.JUDGE
     q = _view(item, "Which year do you mean?", act_label="clarifying_question")
