@@ -104,22 +104,15 @@ def test_simulator_and_move_checker_prompts_are_capped():
     assert len(checker) < 2 * DEFAULT_TURN_CHARS + 20_000
     assert checker.count("CarryOnBench cut this turn here") == 2
 
-    sent = []
-
-    class FakeGateway:
-        async def chat(self, spec, role, messages, sample_key=None):
-            sent.append(messages)
-
-            class R:
-                ok, content, call_hash = True, "a user turn", "h"
-            return R()
+    from tests.factories import FakeGateway
 
     class Cond:
         script = None
 
-    turn = asyncio.run(POLICY.write(FakeGateway(), None, None, Cond(), "rephrasing", history, None))
+    gw = FakeGateway(lambda call: "a user turn")
+    turn = asyncio.run(POLICY.write(gw, None, None, Cond(), "rephrasing", history, None))
     assert turn.content == "a user turn"
-    prompt = sent[0][0]["content"]
+    prompt = gw.calls[0].messages[0]["content"]
     assert len(prompt) < DEFAULT_TURN_CHARS + 20_000 and "CarryOnBench cut this turn here" in prompt
 
 
