@@ -97,7 +97,7 @@ def test_short_prompts_are_byte_identical():
 
 def test_simulator_and_move_checker_prompts_are_capped():
     from tasks.move_checker import render
-    from tasks.users.scripted import POLICY
+    from tasks.users.scripted import Scripted
 
     history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": hostile_line()}]
     checker = render("rephrasing", "an intent", history, "z" * (DEFAULT_TURN_CHARS * 2))
@@ -110,7 +110,7 @@ def test_simulator_and_move_checker_prompts_are_capped():
         script = None
 
     gw = FakeGateway(lambda call: "a user turn")
-    turn = asyncio.run(POLICY.write(gw, None, None, Cond(), "rephrasing", history, None))
+    turn = asyncio.run(Scripted().write(gw, None, None, Cond(), "rephrasing", history, None))
     assert turn.content == "a user turn"
     prompt = gw.calls[0].messages[0]["content"]
     assert len(prompt) < DEFAULT_TURN_CHARS + 20_000 and "CarryOnBench cut this turn here" in prompt
