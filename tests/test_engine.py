@@ -439,7 +439,8 @@ def test_scripted_user_follows_carryonbench_flows(monkeypatch):
     moves = [m for p in plans for m in p]
     for move, text in zip(moves, prompts_seen):
         assert ("I repair doors for a living." in text) == get_move(move).knows_intent
-    assert POLICY.calls(cond) == {"user_simulator": 2}
+    # One check per user turn when a move checker is configured (plan counts configured roles).
+    assert POLICY.calls(cond) == {"user_simulator": 2, "move_checker": 2}
 
 
 def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypatch):

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.engine.items import Item
 from tasks.targets import Seat, seats
+from tasks.move_checker import CHECKER_ROLE
 from tasks.users.base import (
-    ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, PolicyEnv, Stop, UserTurn,
+    ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, MoveCheck, PolicyEnv, Stop, UserTurn,
 )
 
 BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"
@@ -191,7 +192,7 @@ def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list[Seat],
 async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     """Play a batch of episodes and write them (one transaction; an episode's earlier turns
     are replaced, so a shorter replay leaves no stale turn). Returns counts."""
-    env = PolicyEnv(ctx.gateway, ctx.config)
+    env = PolicyEnv(ctx.gateway, ctx.config, move_check=move_check_of(ctx.config))
     played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id, plan)
                                     for item, cond, t, plan in work))
     ids = [p.episode["episode_id"] for p in played]
@@ -199,12 +200,24 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
         ("episodes", [p.episode for p in played], None),
         ("episode_turns", [t for p in played for t in p.turns],
          ("list_contains(?, episode_id)", [ids])),
+        # The move checker's verdicts, keyed by the episode's id (in the conversation_id
+        # column CarryOnBench's conversations use).
+        ("move_checks", [{"conversation_id": p.episode["episode_id"], **c}
+                         for p in played for c in p.checks],
+         ("list_contains(?, conversation_id)", [ids])),
     ])
     status = Counter(p.episode["status"] for p in played)
     term = Counter(p.episode["termination"] for p in played)
     errors = [p.episode["error"] for p in played if p.episode["error"]]
     return {"episodes": len(played), "status": dict(status), "termination": dict(term),
             "turns": sum(len(p.turns) for p in played), "errors": errors}
+
+
+def move_check_of(cfg) -> MoveCheck | None:
+    """The run's move check: ``models.move_checker`` with ``move_check.max_resamples``; None
+    when the config sets no checker (a user policy that checks its turns then does not)."""
+    checkers = cfg.role_specs(CHECKER_ROLE)
+    return MoveCheck(checkers[0], cfg.move_check.max_resamples) if checkers else None
 
 
 def merge_counts(parts: list[dict]) -> dict:

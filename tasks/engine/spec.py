@@ -265,12 +265,11 @@ class BenchmarkSpec(_Strict):
         found += [("judge", n) for n in self.judges] + [("section", n) for n in self.report]
         roles, optional = [], set()
         for kind, name in found:
-            for r in registry.lookup(kind, name).roles:
+            comp = registry.lookup(kind, name)
+            for r in comp.roles:
                 if r not in roles:
                     roles.append(r)
-                if kind == "judge" and getattr(registry.lookup(kind, name).factory, "optional",
-                                               False):
-                    optional.add(r)
+            optional |= _optional_roles(comp)
         return roles, optional
 
     def config_roles(self) -> list[str]:
@@ -297,13 +296,20 @@ class BenchmarkSpec(_Strict):
             for kind, names in (("target", self.targets), ("stop", self.stops),
                                 ("user", [c.user for c in self.conditions])):
                 for n in names:
-                    roles += [r for r in registry.lookup(kind, n).roles if r not in roles]
+                    comp = registry.lookup(kind, n)
+                    roles += [r for r in comp.roles if r not in roles]
+                    optional |= _optional_roles(comp)
         elif stage == "verdicts":
             for name in self.judges:
                 comp = registry.lookup("judge", name)
-                for r in comp.roles:
-                    if r not in roles:
-                        roles.append(r)
-                        if getattr(comp.factory, "optional", False):
-                            optional.add(r)
+                roles += [r for r in comp.roles if r not in roles]
+                optional |= _optional_roles(comp)
         return roles, optional
+
+
+def _optional_roles(comp) -> set[str]:
+    """The roles a component calls only when the config sets them: all of an optional
+    judge's, and those it registered as ``optional_roles`` (the scripted user's move checker)."""
+    if comp.kind == "judge" and getattr(comp.factory, "optional", False):
+        return set(comp.roles)
+    return set(comp.meta.get("optional_roles", ()))

@@ -33,7 +33,7 @@ import prompts
 from tasks.engine.keys import check_key, resample_key
 from tasks.engine.registry import user_policy
 from tasks.flowgen import get_move, moves_for, sample_flows
-from tasks.move_checker import check_turn
+from tasks.move_checker import CHECKER_ROLE, check_turn
 from tasks.untrusted import cap_transcript
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 
@@ -46,10 +46,13 @@ class ScriptedArgs(BaseModel):
     after_block: Literal["end", "continue"] = "end"
 
 
-@user_policy("scripted", args=ScriptedArgs, roles=(SIMULATOR,))
+# The move checker is optional: a config that sets models.move_checker gets every user turn
+# checked (and resampled); without it no call or key changes.
+@user_policy("scripted", args=ScriptedArgs, roles=(SIMULATOR, CHECKER_ROLE),
+             optional_roles=(CHECKER_ROLE,))
 class Scripted:
     name = "scripted"
-    roles: tuple[str, ...] = (SIMULATOR,)
+    roles: tuple[str, ...] = (SIMULATOR, CHECKER_ROLE)
 
     def __init__(self, args: ScriptedArgs | None = None):
         # Read by the engine's play loop after a blocked target turn.
@@ -138,5 +141,7 @@ class Scripted:
         s = condition.script
         if s is None:
             return {}
-        return {SIMULATOR: max(moves_for(n) for n in s.lengths)}
+        n = max(moves_for(n) for n in s.lengths)
+        # With a move checker: one check per user turn (resamples are not counted).
+        return {SIMULATOR: n, CHECKER_ROLE: n}
 
