@@ -18,18 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tasks.bench import CARRYON_STAGES, EPISODE_STAGES, condition_rows
+from tasks.bench import CARRYON_STAGES, condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
-from tasks.roles import optional_roles, stage_roles
 from warehouse import Warehouse
 
 STAGES = list(CARRYON_STAGES)  # CarryOnBench's; a config's spec gives its own (cfg.spec.stages)
-
-# The model roles each stage calls (for pre-flight checks and ``carryon plan``): the role table.
-STAGE_ROLES = {s: stage_roles(s) for s in [*CARRYON_STAGES, *EPISODE_STAGES]}
-# Roles a stage calls only when configured (pre-flight checks their keys and servers, but
-# does not require them).
-OPTIONAL_ROLES = optional_roles()
 
 # Packages whose versions shape results, recorded with every run.
 PROVENANCE_PACKAGES = ["carryonbench", "litellm", "prefect", "duckdb", "sqlmodel", "pydantic",
@@ -142,11 +135,8 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
 
 
 def _stage_roles(cfg: Config, stages: list[str]) -> tuple[dict[str, list[str]], set[str]]:
-    """The roles each selected stage calls, and those it calls only when configured: the
-    role table's for CarryOnBench's stages, the spec's (its users and judges) for the
-    episode engine's."""
-    if cfg.spec.engine != "episodes":
-        return {s: STAGE_ROLES[s] for s in stages}, set(OPTIONAL_ROLES)
+    """The roles each selected stage calls, and those it calls only when configured (the
+    spec's: tasks/engine/spec.py ``stage_roles``)."""
     out, optional = {}, set()
     for s in stages:
         out[s], opt = cfg.spec.stage_roles(s)

@@ -287,10 +287,14 @@ class BenchmarkSpec(_Strict):
         return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
 
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
-        """(roles, optional roles) an episode-engine stage of this spec calls: the targets
-        (when a target policy takes a model) and its target policies', stop rules' and user
-        policies' roles for ``episodes``, its judges' roles for ``verdicts``."""
+        """(roles, optional roles) a stage of this spec calls (for pre-flight and the plan):
+        for ``episodes`` the targets (when a target policy takes a model) and its target
+        policies', stop rules' and user policies' roles, for ``verdicts`` its judges' roles;
+        for CarryOnBench's own stages the role table's (tasks/roles.py)."""
         roles, optional = [], set()
+        if stage not in EPISODE_STAGES:
+            roles = [r.name for r in ROLE_TABLE if stage in r.stages]
+            return roles, {r.name for r in ROLE_TABLE if r.optional and r.name in roles}
         if stage == "episodes":
             roles = ["targets"] if self.needs_target_models() else []
             for kind, names in (("target", self.targets), ("stop", self.stops),
