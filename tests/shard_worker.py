@@ -31,12 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _spec(api_base: str, max_concurrency: int, max_retries: int):
-    from tasks.config import ModelSpec
+    from tests.factories import model_spec  # this file runs from the repository root
 
-    return ModelSpec(name="bench", model="openai/bench", api_base=api_base, api_key_env=None,
-                     temperature=0.0, top_p=None, max_tokens=32, seed=None, stop=None,
-                     max_concurrency=max_concurrency, rpm=None, timeout_s=30,
-                     max_retries=max_retries, structured="json_schema", mode="chat", where="bench")
+    return model_spec("bench", api_base, max_tokens=32, max_concurrency=max_concurrency,
+                      timeout_s=30, max_retries=max_retries, where="bench")
 
 
 async def _phase(args, shared_mode: bool) -> dict:

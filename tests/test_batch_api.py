@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 
 import pytest
 import yaml
@@ -16,6 +15,7 @@ from pydantic import BaseModel
 from tasks.config import GatewayConfig, ModelSpec, load_config
 from tasks.gateway import Gateway
 from tasks.gateway.batch import BatchCall, BatchClient
+from tests.factories import model_spec
 from tests.llm_server import answer
 from warehouse import Warehouse
 
@@ -28,13 +28,13 @@ class Verdict(BaseModel):
 ROLE = "benutil_judge"
 
 
+# A judge entry on the loopback server's batch API, polled often (the rest: tests/factories.py).
+ENTRY = {"model": "openai/test-judge", "max_concurrency": 8, "max_retries": 1,
+         "where": "models.benutil_judge", "batch": True, "batch_size": 10, "batch_poll_s": 0.02}
+
+
 def spec_for(server, **over) -> ModelSpec:
-    base = ModelSpec(name="j", model="openai/test-judge", api_base=server.api_base, api_key_env=None,
-                     temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,
-                     max_concurrency=8, rpm=None, timeout_s=5.0, max_retries=1,
-                     structured="json_schema", mode="chat", where="models.benutil_judge",
-                     batch=True, batch_size=10, batch_poll_s=0.02)
-    return replace(base, **over)
+    return model_spec("j", server.api_base, **{**ENTRY, **over})
 
 
 def calls_for(spec, n=5) -> list[BatchCall]:

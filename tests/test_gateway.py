@@ -16,6 +16,7 @@ from tasks.config import ModelSpec
 from tasks.gateway import Gateway
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import RateLimiter
+from tests.factories import model_spec
 
 
 class Verdict(BaseModel):
@@ -23,12 +24,14 @@ class Verdict(BaseModel):
     evidence: str
 
 
+# The loopback server's test model, with retries and concurrency to spare (tests/factories.py
+# gives the rest); test_gateway_workers and test_junk_and_down build on spec_for.
+ENTRY = {"model": "openai/test-model", "max_concurrency": 8, "max_retries": 3,
+         "where": "models.test"}
+
+
 def spec_for(server, **over) -> ModelSpec:
-    base = ModelSpec(name="m", model="openai/test-model", api_base=server.api_base, api_key_env=None,
-                     temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,
-                     max_concurrency=8, rpm=None, timeout_s=5.0, max_retries=3,
-                     structured="json_schema", mode="chat", where="models.test")
-    return replace(base, **over)
+    return model_spec("m", server.api_base, **{**ENTRY, **over})
 
 
 @pytest.fixture
@@ -193,9 +196,8 @@ def test_timeouts_are_retried(gateway, llm_server):
 
 
 def test_unreachable_server_is_a_recorded_failure(gateway):
-    s = ModelSpec(name="m", model="openai/m", api_base="http://127.0.0.1:9/v1", api_key_env=None,
-                  temperature=0.0, top_p=None, max_tokens=8, seed=None, stop=None, max_concurrency=1,
-                  rpm=None, timeout_s=2, max_retries=1, structured="json_schema", mode="chat", where="x")
+    s = model_spec("m", "http://127.0.0.1:9/v1", max_tokens=8, max_concurrency=1, timeout_s=2,
+                   max_retries=1, where="x")
     r = run(gateway.chat(s, "t", msgs("x")))
     assert not r.ok and r.error_kind == "retries_exhausted"
 
@@ -305,10 +307,7 @@ def _spec_key(spec):
 def test_reasoning_controls_enter_the_cache_key_only_when_set():
     from tasks.judge import set_id
 
-    base = ModelSpec(name="m", model="openai/test-model", api_base="http://127.0.0.1:1/v1",
-                     api_key_env=None, temperature=0.0, top_p=None, max_tokens=64, seed=None,
-                     stop=None, max_concurrency=8, rpm=None, timeout_s=5.0, max_retries=3,
-                     structured="json_schema", mode="chat", where="models.test")
+    base = model_spec("m", "http://127.0.0.1:1/v1", **ENTRY)
     assert _spec_key(base) == _OLD_KEY
     assert "reasoning_effort" not in base.generation_params() and "thinking" not in base.generation_params()
     assert set_id("benutil", [base], "pv", "cv", False) == "benutil-c7eeaca1d8f257e3"  # as before

@@ -30,13 +30,11 @@ import asyncio, json, sys, time
 from pathlib import Path
 from tasks.gateway import Gateway
 from tasks.gateway.transport import _litellm
-from tasks.model_entry import ModelSpec
+from tests.factories import model_spec
 cache, api_base, go, n, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 _litellm()
-spec = ModelSpec(name="m", model="openai/test-model", api_base=api_base, api_key_env=None,
-                 temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,
-                 max_concurrency=64, rpm=None, timeout_s=30.0, max_retries=0,
-                 structured="json_schema", mode="chat", where="models.test")
+spec = model_spec("m", api_base, model="openai/test-model", max_concurrency=64, timeout_s=30.0,
+                  where="models.test")
 print("ready", flush=True)
 while not go.exists():
     time.sleep(0.01)
