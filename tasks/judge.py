@@ -40,7 +40,7 @@ from tasks.judge_prompts import prompt_version, text_hash
 from tasks.judges.benutil import (  # noqa: F401
     BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
 )
-from tasks.judges.protocol import JudgeKind, run_calls
+from tasks.judges.protocol import JudgeKind, keep_first, run_calls
 from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
 
 # What a judge that sees the history reads in place of a blocked turn without text.
@@ -155,19 +155,8 @@ def plan_judging(ctx, query_ids: list[str]) -> JudgePlan:
 
 
 def write_sets(wh, rows: list[dict]) -> None:
-    """Record the sets; an existing set keeps its first ``created`` and ``run_id`` (views pick
-    the most recently created set, so a plain rerun does not reorder sets)."""
-    ids = [r["judgment_set_id"] for r in rows]
-    old = {r["judgment_set_id"]: r for r in wh.query(
-        "SELECT judgment_set_id, created, run_id FROM judgment_sets "
-        "WHERE list_contains(?, judgment_set_id)", [ids])}
-    out = []
-    for r in rows:
-        if r["judgment_set_id"] in old:
-            r = {**r, "created": old[r["judgment_set_id"]]["created"],
-                 "run_id": old[r["judgment_set_id"]]["run_id"]}
-        out.append(r)
-    wh.write("judgment_sets", out)
+    """Record the sets; an existing set keeps its first ``created`` and ``run_id``."""
+    wh.write("judgment_sets", keep_first(wh, "judgment_sets", rows))
 
 
 # ----- one batch ------------------------------------------------------------------------------

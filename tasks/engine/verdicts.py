@@ -23,7 +23,7 @@ import prompts
 from tasks.config import ConfigError
 from tasks.engine.items import stored_items
 from tasks.judges.base import SpecKind, TurnView, verdict_sample_key  # noqa: F401 (re-export)
-from tasks.judges.protocol import run_calls
+from tasks.judges.protocol import keep_first, run_calls
 
 
 def _hash(doc) -> str:
@@ -73,20 +73,14 @@ def verdict_set_id(judge, model) -> str:
 
 
 def set_rows(ctx, judges: list) -> list[dict]:
+    """The verdict sets of the run's judges (a set keeps its first creation: views order sets
+    by it)."""
     now = dt.datetime.now(dt.timezone.utc)
-    ids = [verdict_set_id(j, m) for j, m in judges]
-    old = {r["judgment_set_id"]: r for r in ctx.warehouse.query(
-        "SELECT judgment_set_id, created, run_id FROM verdict_sets "
-        "WHERE list_contains(?, judgment_set_id)", [ids])}
-    rows = []
-    for (j, m), sid in zip(judges, ids):
-        first = old.get(sid)  # a set keeps its first creation (views order sets by it)
-        rows.append({"judgment_set_id": sid, "benchmark": ctx.config.spec.name, "kind": j.kind,
-                     "judge": ", ".join(x.model for x in _models(m)) or None,
-                     "prompt_version": prompt_version(j),
-                     "created": first["created"] if first else now,
-                     "run_id": first["run_id"] if first else ctx.run_id})
-    return rows
+    rows = [{"judgment_set_id": verdict_set_id(j, m), "benchmark": ctx.config.spec.name,
+             "kind": j.kind, "judge": ", ".join(x.model for x in _models(m)) or None,
+             "prompt_version": prompt_version(j), "created": now, "run_id": ctx.run_id}
+            for j, m in judges]
+    return keep_first(ctx.warehouse, "verdict_sets", rows)
 
 
 def load_turn_views(wh, benchmark: str, episode_ids: list[str]) -> list[TurnView]:

@@ -157,3 +157,17 @@ async def run_calls(gw, kinds: list[JudgeKind]) -> None:
         kind.results, off = list(results[off:off + kind.n_calls]), off + kind.n_calls
     for kind in kinds:
         kind.settle(await kind.revise(gw, kind.first_answers()))
+
+
+def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:
+    """Set rows as they should be written: a set already stored keeps its first ``created``
+    and ``run_id`` (the views pick each kind's most recently created set, so a plain rerun
+    must not reorder sets). ``table``: judgment_sets (CarryOnBench) or verdict_sets."""
+    ids = [r["judgment_set_id"] for r in rows]
+    old = {r["judgment_set_id"]: r for r in wh.query(
+        f"SELECT judgment_set_id, created, run_id FROM {table} "
+        "WHERE list_contains(?, judgment_set_id)", [ids])}
+    return [{**r, "created": old[r["judgment_set_id"]]["created"],
+             "run_id": old[r["judgment_set_id"]]["run_id"]} if r["judgment_set_id"] in old else r
+            for r in rows]
+
