@@ -14,7 +14,7 @@ Timed, each on its own:
   the Arrow path, upsert on the natural key (target <= 15 s);
 - the same write again (a rerun replacing every row: the idempotent path), checking that the
   table still holds exactly one row per key;
-- every view of ``warehouse/views.sql``, fully materialised (``SELECT *`` fetched to Arrow), on
+- every view of ``tasks/benchmarks/carryon/views.sql``, fully materialised (``SELECT *`` fetched to Arrow), on
   a fresh connection each (target <= 5 s each).
 Row generation is not timed.
 """
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import tests.test_report as synthetic  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
-from warehouse.store import VIEWS_SQL  # noqa: E402
+from tasks.bench import load_spec, views_sql  # noqa: E402
 
 N_TARGETS = 6
 # build_synthetic's shape: per (target, query) 10 conversations with 28 assistant turns in all,
@@ -54,7 +54,7 @@ class _Capture(Warehouse):
 
 
 def view_names() -> list[str]:
-    return re.findall(r"CREATE OR REPLACE VIEW (\w+)", VIEWS_SQL.read_text())
+    return re.findall(r"CREATE OR REPLACE VIEW (\w+)", views_sql(load_spec("carryon")))
 
 
 def make_rows(home: Path, n_judgments: int) -> dict[str, list[dict]]:

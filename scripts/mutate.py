@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation check for the metric code: do the tests fail when a number is wrong?
 
-Applies known-bad edits ("mutants"), one at a time, to warehouse/views.sql,
+Applies known-bad edits ("mutants"), one at a time, to tasks/benchmarks/carryon/views.sql,
 tasks/report/analyses.py, tasks/gateway/keys.py and the files in TESTS below (the gateway's
 own key, the validation report's harmful boundary, multi-span scoring, the paper comparison),
 runs the tests that cover the mutated file, and prints which tests caught each mutant (or SURVIVED). Every mutant must be caught.
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWS, ANALYSES, KEYS = "warehouse/views.sql", "tasks/report/analyses.py", "tasks/gateway/keys.py"
+VIEWS, ANALYSES, KEYS = ("tasks/benchmarks/carryon/views.sql", "tasks/report/analyses.py",
+                         "tasks/gateway/keys.py")
 FM = "tasks/report/failure_modes.py"
 GATEWAY, VALIDATION = "tasks/gateway/client.py", "tasks/validation/report.py"
 PACIFIC, REFERENCE = "tasks/datasets/pacific.py", "tasks/judges/reference.py"
@@ -76,7 +77,7 @@ class Mutant:
 
 M = Mutant
 MUTANTS = [
-    # ----- warehouse/views.sql ----------------------------------------------------------------
+    # ----- tasks/benchmarks/carryon/views.sql ------------------------------------------------
     M("turn_utility_count_star", VIEWS,
       "count(fulfilled) AS n_scored,\n       count(*) FILTER (WHERE fulfilled) AS n_fulfilled",
       "count(*) AS n_scored,\n       count(*) FILTER (WHERE fulfilled) AS n_fulfilled",
@@ -314,8 +315,9 @@ def _pytest(python: str, copy: Path, tests: list[str], timeout: int) -> tuple[in
 
 
 def _where_imports_resolve(python: str, copy: Path) -> str:
-    code = ("import warehouse.store as s, tasks.report.analyses as a, tasks.gateway.keys as k;"
-            "print(s.VIEWS_SQL.resolve(), a.__file__, k.__file__, sep='\\n')")
+    code = ("import tasks.bench as b, tasks.report.analyses as a, tasks.gateway.keys as k;"
+            "print((b.BENCHMARKS_DIR / 'carryon' / 'views.sql').resolve(), a.__file__, "
+            "k.__file__, sep='\\n')")
     return subprocess.run([python, "-c", code], cwd=copy, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": ""}).stdout
 

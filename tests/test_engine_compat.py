@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import tarfile
 from pathlib import Path
@@ -127,6 +128,7 @@ def test_home_of_the_three_benchmarks_reruns_with_zero_requests_and_identical_vi
 
 
 RENAMED = {"BC": "clarify", "NC": "plain", "oracle": "informed"}
+CARRYON_SPEC = Path(__file__).parent.parent / "tasks" / "benchmarks" / "carryon" / "spec.yaml"
 
 
 def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, compat_home, tmp_path):
@@ -135,12 +137,13 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, compat_home,
     # the spec's names, and the views give the same numbers under them.
     home, paths = compat_home
     path = paths["carryon"]
-    spec = yaml.safe_load((Path(__file__).parent.parent / "tasks" / "benchmarks" / "carryon" / "spec.yaml")
-                          .read_text())
+    spec = yaml.safe_load(CARRYON_SPEC.read_text())
     for c in spec["conditions"]:
         c["name"] = RENAMED[c["name"]]
     spec_file = tmp_path / "renamed.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
+    # A spec's views are beside it: the copy takes CarryOnBench's along.
+    shutil.copy(CARRYON_SPEC.with_name("views.sql"), tmp_path / "views.sql")
     cfg = yaml.safe_load(path.read_text())
     cfg["benchmark"] = str(spec_file)
     path.write_text(yaml.safe_dump(cfg))

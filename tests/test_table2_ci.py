@@ -11,7 +11,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from tasks.bench import condition_rows, load_spec
+from tasks.bench import condition_rows, load_spec, views_sql
 from tasks.report.table2_ci import COLUMNS, store, table2_ci
 
 N = None  # a NULL cell
@@ -50,7 +50,7 @@ HAND_A = {"turn1_utility": 20.0, "oracle_utility": 60.0, "bc_utility": 62.5, "nc
 
 def _model_summary(df: pd.DataFrame) -> pd.DataFrame:
     """The model_summary view's own SQL, run on these rows as conversation_scores."""
-    sql = Path(__file__).parents[1].joinpath("warehouse", "views.sql").read_text()
+    sql = views_sql(load_spec("carryon"))
     con = duckdb.connect(":memory:")
     con.register("conv_df", df)
     con.execute("CREATE TABLE conversation_scores AS SELECT * FROM conv_df")

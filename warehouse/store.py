@@ -5,10 +5,10 @@ SQLModel classes (``warehouse.schema``) define the tables, shipped rendered as `
 written in bulk through DuckDB's Arrow path (an ORM insert costs ~65 µs a row), inside one
 transaction, with ``INSERT OR REPLACE`` on each table's natural key so a rerun replaces rather
 than duplicates.
-Metric views live in ``views.sql`` (CarryOnBench) and ``views_engine.sql`` (the episode
-engine) beside this file; each sister benchmark's own views live beside its spec and reach
-``init`` through ``on_views`` (this package never imports the benchmarks), so ad-hoc SQL and
-the report read the same numbers.
+The episode engine's views live in ``views_engine.sql`` beside this file; every benchmark's own
+metric views (CarryOnBench's included: tasks/benchmarks/carryon/views.sql) live beside its
+spec and reach ``init`` through ``on_views`` (this package never imports the benchmarks;
+importing tasks.bench registers them), so ad-hoc SQL and the report read the same numbers.
 
 DuckDB allows one writing process per file; the file is attached per operation and a lock
 held by another process is waited for (bounded), so two runs can take turns.
@@ -26,13 +26,13 @@ import pyarrow as pa
 
 from warehouse.schema_file import load as shipped_schema
 
-VIEWS_SQL = Path(__file__).with_name("views.sql")
+ENGINE_VIEWS_SQL = Path(__file__).with_name("views_engine.sql")
 
 
 def view_files() -> list[Path]:
-    """CarryOnBench's views, then the episode engine's: the benchmarks' own views (``on_views``)
-    come after them, since they read the engine's."""
-    return [VIEWS_SQL, VIEWS_SQL.with_name("views_engine.sql")]
+    """The episode engine's views: every benchmark's own views (``on_views``, CarryOnBench's
+    included) come after them, since they may read the engine's."""
+    return [ENGINE_VIEWS_SQL]
 _LOCK_WAIT_S = 60.0
 _ALIAS = "wh"
 

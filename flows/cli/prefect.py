@@ -112,6 +112,7 @@ def merge(into: str = typer.Option(..., "--into", help="Target: a warehouse .duc
           sources: list[str] = typer.Option(..., "--from", help="A shard's warehouse file or home (repeat)."),
           json_out: bool = typer.Option(False, "--json", help="Print the row counts as JSON.")):
     """Merge shard warehouses into one (upsert on natural keys, one transaction)."""
+    import tasks.bench  # noqa: F401  (registers the benchmarks' views for the merged file)
     from warehouse.merge import MergeError, merge_warehouses, resolve_warehouse
 
     try:

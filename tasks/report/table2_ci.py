@@ -8,8 +8,8 @@ bootstrap). Per target, the draws are seeded (``seed``, the same draws for every
 ``n_boot`` = 1000 by default; the interval is the percentile interval of the replicates.
 
 Every replicate, and the point estimate, is computed exactly like ``model_summary`` (R7 in
-warehouse/views.sql) from ``conversation_scores``: turn1_* = mean over queries of the mean
-Turn-1 value of the query's BC/NC conversations; oracle_*, bc_*, nc_* = mean over the
+tasks/benchmarks/carryon/views.sql) from ``conversation_scores``: turn1_* = mean over queries
+of the mean Turn-1 value of the query's BC/NC conversations; oracle_*, bc_*, nc_* = mean over the
 conversations of that condition (utility, harm = harm_max, harm_mean); recovery_pct =
 100 * (bc_utility - turn1_utility) / oracle_utility (NULL when oracle_utility is 0 or NULL).
 NULL values are left out of each mean, as SQL's avg does. Each of these is a ratio of per-query

@@ -1,6 +1,7 @@
--- CarryOnBench metric views. Executed by Warehouse.init() on every start, so every statement
--- is idempotent (CREATE OR REPLACE / IF NOT EXISTS). The report and a user's ad-hoc SQL read
--- the same views. Utilities are percentages (0-100); harm is the 1-5 safety score.
+-- CarryOnBench metric views, beside its spec (its `views:`; {{benchmark}} is the spec's name).
+-- Executed by Warehouse.init() on every start, so every statement is idempotent (CREATE OR
+-- REPLACE / IF NOT EXISTS). The report and a user's ad-hoc SQL read the same views; their
+-- names are CarryOnBench's own (no prefix), as users query them. Utilities are percentages (0-100); harm is the 1-5 safety score.
 --
 -- RULES WHERE THE PAPER IS SILENT (the report repeats them):
 --  R1 Judgment set. Per kind (benutil, safety) and per query, the views use the latest
@@ -50,7 +51,7 @@
 -- R12: CarryOnBench's conditions as its spec names them, and the part each one plays.
 CREATE OR REPLACE VIEW carryon_conditions AS
 SELECT condition, CASE WHEN prompt = 'oracle' THEN 'oracle' ELSE script_group END AS part
-FROM bench_conditions WHERE benchmark = 'carryon';
+FROM bench_conditions WHERE benchmark = '{{benchmark}}';
 
 CREATE TABLE IF NOT EXISTS judgment_set_choice (
     kind VARCHAR PRIMARY KEY,          -- benutil | safety
