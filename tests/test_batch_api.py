@@ -34,7 +34,8 @@ ENTRY = {"model": "openai/test-judge", "max_concurrency": 8, "max_retries": 1,
 
 
 def spec_for(server, **over) -> ModelSpec:
-    return model_spec("j", server.api_base, **{**ENTRY, **over})
+    # ``over`` may set any field, the name and the api_base included.
+    return model_spec(**{"name": "j", "api_base": server.api_base, **ENTRY, **over})
 
 
 def calls_for(spec, n=5) -> list[BatchCall]:

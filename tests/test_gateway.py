@@ -31,7 +31,8 @@ ENTRY = {"model": "openai/test-model", "max_concurrency": 8, "max_retries": 3,
 
 
 def spec_for(server, **over) -> ModelSpec:
-    return model_spec("m", server.api_base, **{**ENTRY, **over})
+    # ``over`` may set any field, the name and the api_base included.
+    return model_spec(**{"name": "m", "api_base": server.api_base, **ENTRY, **over})
 
 
 @pytest.fixture
