@@ -22,7 +22,7 @@ from tasks.benchmarks.eyt import perceive, report, simulator
 from tasks.benchmarks.eyt.personas import SAMPLE, PersonaArgs, Personas, latent_at
 from tasks.data import DataError
 from tasks.engine.items import Item
-from tasks.gateway.client import CallResult
+from tasks.gateway.client import CallResult, parse_structured
 from tasks.judges.base import EmbedRequest, Measure, TurnView
 from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 from warehouse import Warehouse
@@ -224,6 +224,21 @@ def test_perceive_returns_the_response_and_keeps_the_perception_aside():
                        parsed=perceive.PerceivedTurn(perceived_intent="x", response="  "))
     r = asyncio.run(perceive.Perceive().respond(SimpleNamespace(gateway=_Gateway(empty)), seat, state))
     assert (r.ok, r.error_kind) == (False, "empty_output")
+
+
+def test_a_perceived_turn_with_a_raw_line_break_inside_a_string_is_read():
+    # llama-cpp-python 0.3.36's schema grammar (`char ::= [^"\\]`) lets the local model write
+    # a raw newline inside a JSON string; strict JSON refuses it, and every re-ask of a
+    # 135M model repeated it, so each EYT episode on it ended failed (measured 2026-12-03).
+    raw = '{"perceived_intent": "plan a trip\nwith her kids", "response": "Sure.\tWhere to?"}'
+    got, err = parse_structured(raw, perceive.PerceivedTurn)
+    assert err is None
+    assert (got.perceived_intent, got.response) == ("plan a trip\nwith her kids", "Sure.\tWhere to?")
+    # The other rules still apply, and cut-off JSON is still refused.
+    got, err = parse_structured('{"perceived_intent": "a\nb", "response": 3}', perceive.PerceivedTurn)
+    assert got is None and err.startswith("response:")
+    got, err = parse_structured('{"perceived_intent": "a\nb", "response": "cut', perceive.PerceivedTurn)
+    assert got is None and "control character" in err
 
 
 # ----- judges -------------------------------------------------------------------------------
