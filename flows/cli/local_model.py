@@ -15,12 +15,15 @@ local_app = typer.Typer(no_args_is_help=True, help="The offline local model serv
 
 @local_app.command("start")
 def local_start(config: Optional[str] = typer.Option(None, "--config", "-c"),
-                port: Optional[int] = None, model_path: Optional[str] = None):
+                port: Optional[int] = None, model_path: Optional[str] = None,
+                threads: Optional[int] = typer.Option(
+                    None, help="CPU threads for llama.cpp (default: every core).")):
     """Start the llama.cpp server on loopback and wait until it answers."""
     from tasks.ops import local_model
 
     try:
-        info = local_model.start(_home(config), port=port, model_path=model_path)
+        info = local_model.start(_home(config), port=port, model_path=model_path,
+                                 threads=threads)
     except (RuntimeError, ConfigError) as e:
         _fail(str(e))
     typer.echo(json.dumps(info))

