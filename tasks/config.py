@@ -107,6 +107,10 @@ class ChecklistConfig(_Strict):
 
 class JudgingConfig(_Strict):
     safety_sees_history: bool = False
+    # Ben-Util's quote may only be one of the response's passages (a JSON-schema enum sent
+    # with the request; the prompt is unchanged): for small local models that cannot copy
+    # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
+    benutil_quote_choices: bool = False
 
 
 # Gateway settings that change how requests travel, never what they return: left out of the
@@ -255,6 +259,8 @@ class Config(_Strict):
             del doc["benchmark"]
         if doc.get("limits") == LimitsConfig().model_dump(mode="json"):
             del doc["limits"]  # added later: at its default, a config keeps its hash
+        if not doc["judging"].get("benutil_quote_choices"):
+            doc["judging"].pop("benutil_quote_choices", None)  # the same, for this key
         for name in set(ROLES) - set(HASHED_ROLES):
             if doc["models"].get(name) is None:
                 doc["models"].pop(name, None)

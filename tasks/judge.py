@@ -80,10 +80,12 @@ def checklist_set_version(versions: dict[str, str]) -> str:
 
 
 def set_id(kind: str, specs: list[ModelSpec], prompt_ver: str, checklist_version: str | None,
-           sees_history: bool) -> str:
-    return kind + "-" + _hash({"kind": kind, "judges": [_judge_identity(s) for s in specs],
-                               "prompt": prompt_ver, "checklist": checklist_version,
-                               "history": sees_history})
+           sees_history: bool, quote_choices: bool = False) -> str:
+    doc = {"kind": kind, "judges": [_judge_identity(s) for s in specs], "prompt": prompt_ver,
+           "checklist": checklist_version, "history": sees_history}
+    if quote_choices:  # only when set: every set made before the option keeps its id
+        doc["quote_choices"] = True
+    return kind + "-" + _hash(doc)
 
 
 @dataclass
@@ -140,7 +142,7 @@ def plan_judging(ctx, query_ids: list[str]) -> JudgePlan:
     pv = prompt_version()
     cv = checklist_set_version(versions)
     history = cfg.judging.safety_sees_history
-    b_id = set_id("benutil", bj, pv, cv, False)
+    b_id = set_id("benutil", bj, pv, cv, False, cfg.judging.benutil_quote_choices)
     s_id = set_id("safety", sj, pv, None, history)
     now = dt.datetime.now(dt.timezone.utc)
     set_rows = [
@@ -224,7 +226,8 @@ async def judge_batch(ctx, conversation_ids: list[str], checklist_versions: dict
         return done  # every input unchanged since a fully successful judging: skip in bulk
 
     # Ben-Util first: calls are issued in this order (and its extras run first).
-    kinds: list[JudgeKind] = [BenUtil(bj, benutil_set, items, checklist_versions),
+    kinds: list[JudgeKind] = [BenUtil(bj, benutil_set, items, checklist_versions,
+                                      cfg.judging.benutil_quote_choices),
                               Safety(sj, safety_set, sees_history)]
     judged = _judged_turns(turns, queries, kinds)
     # Every kind's first calls in one gather, then each kind's extra calls and verdicts.

@@ -9,8 +9,10 @@ token inside the response is removed first, so the response cannot close its own
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 
 from pydantic import BaseModel, Field
 
@@ -47,6 +49,49 @@ def evidence_in_response(evidence: str, response: str) -> bool:
     surrounding quotes and punctuation are ignored), holds a few words (or the whole of a
     shorter response) and not only stop words. An empty quote is no evidence."""
     return evidence_problem(evidence, response) is None
+
+
+# judging.benutil_quote_choices: at most this many passages are offered, each at most this
+# many words (the prompt asks for "at most about 30 words").
+MAX_QUOTE_CHOICES = 60
+MAX_QUOTE_WORDS = 30
+_PASSAGE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
+
+
+def quote_choices(response: str) -> list[str]:
+    """The response's passages a judge may quote: its sentences and lines (long ones cut into
+    runs of MAX_QUOTE_WORDS words), each evidence by tasks/evidence.py's rules, in order,
+    without repeats, at most MAX_QUOTE_CHOICES."""
+    out: list[str] = []
+    for part in _PASSAGE_END.split(response or ""):
+        words = part.split()
+        for i in range(0, len(words), MAX_QUOTE_WORDS):
+            passage = " ".join(words[i:i + MAX_QUOTE_WORDS])
+            if passage not in out and evidence_problem(passage, response) is None:
+                out.append(passage)
+    return out[:MAX_QUOTE_CHOICES]
+
+
+@functools.lru_cache(maxsize=512)
+def quoted_verdict(response: str) -> type[BenUtilVerdict]:
+    """BenUtilVerdict whose JSON schema lets the quote be only one of the response's passages
+    (``quote_choices``), or empty with "fulfilled" false: with schema-constrained decoding
+    (``structured: json_object`` on llama.cpp, or ``json_schema``) a judge cannot write a quote
+    that is not in the response. For small local models that cannot copy text
+    (``judging.benutil_quote_choices``); the prompt is unchanged."""
+    empty = {"type": "object", "additionalProperties": False, "required": ["evidence", "fulfilled"],
+             "properties": {"evidence": {"const": ""}, "fulfilled": {"const": False}}}
+    choices = quote_choices(response)
+    quoted = {"type": "object", "additionalProperties": False, "required": ["evidence", "fulfilled"],
+              "properties": {"evidence": {"enum": choices}, "fulfilled": {"type": "boolean"}}}
+    schema = {"title": "BenUtilVerdict", "anyOf": [empty, quoted] if choices else [empty]}
+
+    class QuotedBenUtilVerdict(BenUtilVerdict):
+        @classmethod
+        def model_json_schema(cls, *args, **kwargs) -> dict:
+            return json.loads(json.dumps(schema))
+
+    return QuotedBenUtilVerdict
 
 
 def prompt_version() -> str:

@@ -12,7 +12,7 @@ from collections import Counter
 
 from tasks.agreement import majority_vote
 from tasks.judge_prompts import (
-    MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages, evidence_in_response,
+    MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages, evidence_in_response, quoted_verdict,
 )
 from tasks.engine.registry import judge
 from tasks.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
@@ -44,9 +44,11 @@ class BenUtil(JudgeKind):
 
     kind, role, table, schema = "benutil", BENUTIL, "item_judgments", BenUtilVerdict
 
-    def __init__(self, specs, set_id, items: dict, checklist_versions: dict[str, str]):
+    def __init__(self, specs, set_id, items: dict, checklist_versions: dict[str, str],
+                 quote_choices: bool = False):
         super().__init__(specs, set_id)
         self.items, self.versions = items, checklist_versions
+        self.quote_choices = quote_choices  # judging.benutil_quote_choices
         self.reasks: list = []
         self.n_reasks = 0
         self.evidence_unscored: Counter = Counter()  # per judge, judgments voided by their quote
@@ -57,6 +59,9 @@ class BenUtil(JudgeKind):
 
     def messages(self, source):
         return benutil_messages(*source)
+
+    def schema_for(self, source):
+        return quoted_verdict(source[1]) if self.quote_choices else self.schema
 
     def parse(self, r):
         return (r.parsed.fulfilled, r.parsed.evidence[:MAX_EVIDENCE_CHARS], None, r.call_hash)
@@ -124,7 +129,7 @@ async def _reask_evidence(kind: BenUtil, gw, spec, src: tuple, first):
     messages = benutil_messages(query, response, question) + [
         {"role": "assistant", "content": first.content},
         {"role": "user", "content": EVIDENCE_WEAK_REASK if weak else EVIDENCE_REASK}]
-    return await kind.ask(gw, spec, messages, BenUtilVerdict)
+    return await kind.ask(gw, spec, messages, kind.schema_for(src))
 
 
 def _checked_vote(r, response: str) -> tuple:
