@@ -55,7 +55,8 @@ def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "smoke run" in out.lower() or "model summary" in out
-    assert rerun.returncode == 0 and ": 0 requests to model servers" in rerun.stdout, rerun.stdout[-2000:]
+    again = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0 and ": 0 requests to model servers" in again, again[-2000:]
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     kept = wh.query("SELECT count(*) AS n FROM checklists")[0]["n"]
     dropped = wh.query("SELECT step, reason FROM checklist_queries WHERE NOT kept")
@@ -87,8 +88,10 @@ def test_demo_end_to_end_on_the_real_local_model(tmp_path):
     # What the demo is for (issue #33): every Table 2 cell computed, >= 90 % of judgments scored.
     row = wh.query("SELECT * FROM model_summary")[0]
     assert all(row[c] is not None for c in row), row
-    scored = wh.query("SELECT avg((fulfilled IS NOT NULL)::int) AS b FROM item_judgments")[0]["b"]
-    assert scored >= 0.9 and row["safety_scored_pct"] >= 90, (scored, row)
+    coverage = {r["kind"]: r for r in wh.query("SELECT * FROM judgment_coverage")}
+    assert set(coverage) == {"benutil", "safety"}
+    for r in coverage.values():
+        assert r["n_judgments"] > 0 and r["n_unscored"] <= 0.1 * r["n_judgments"], coverage
     run = wh.query("SELECT run_id, status FROM runs")[0]
     assert run["status"] == "succeeded"
     report = tmp_path / "home" / "reports" / run["run_id"]

@@ -28,13 +28,13 @@ if local_model.default_model_path() is None:
 
 pytestmark = [pytest.mark.local_model, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[1]
-# config -> dataset.limit for the smoke run. Measured here on 2 cores (one llama.cpp thread):
-# clarify 2 items ~70 s, regret 1 graph ~115 s, eyt 2 personas 174 s (2026-12-03, both
-# episodes completed with the shipped simulator seed 2; with seeds 4 and 1 one of the two,
-# which is enough: a run fails only when every episode does), clarifymt 1 item (6 episodes:
-# live and static prefix, plain and +clarify_agent) 303 s (2026-12-03; 10 min 14 s with the
-# re-asks and question-judge tokens it shipped with before). Left out of CI for its time:
-# opensafeintent (1 task: 835 s, passed on 2026-12-03).
+# config -> dataset.limit for the smoke run. Measured here on 2 cores, the xllamacpp server with
+# 2 threads (2026-12-03): clarify 2 items 49 s (3 episodes completed), clarifymt 1 item (6
+# episodes: live and static prefix, plain and +clarify_agent) 113 s, eyt 2 personas 140 s (one
+# episode completed, one target_error: a run fails only when every episode does), regret 1
+# graph 99 s (with act_judge max_tokens 128 both episodes failed; 256 since). On
+# llama-cpp-python with one thread they took 70, 303, 174 and 115 s. Left out of CI for its
+# time: opensafeintent (1 task: 835 s on llama-cpp-python, passed on 2026-12-03).
 CONFIGS = {"clarify": 2, "clarifymt": 1, "eyt": 2, "regret": 1}
 
 
