@@ -79,8 +79,12 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
 
     class Kind:
         async def ask(self, gw, spec, messages, schema):
+            assert schema is benutil.BenUtilVerdict  # the re-ask keeps the first ask's schema
             sent.append(messages[-1]["content"])
             return R("the")
+
+        def schema_for(self, source):
+            return benutil.BenUtilVerdict
 
     src = ("q", RESPONSE, "Does it name a tool?")
     again = asyncio.run(benutil._reask_evidence(Kind(), None, None, src, R("the")))
