@@ -14,36 +14,26 @@ is closed; once it is closed, the report's status line is rewritten with the fin
 
 from __future__ import annotations
 
+import importlib
 import time
 
 from prefect import flow
 from prefect.context import SyncClientContext
 
-from flows.checklists import checklists_flow
-from flows.episodes import episodes_flow
-from flows.judge import judge_flow
-from flows.report import republish_report, report_flow
-from flows.simulate import simulate_flow
-from flows.verdicts import verdicts_flow
-from tasks.data import run_queries
-from tasks.engine.items import run_items
+from flows.report import republish_report
 from tasks import untrusted
 from tasks.ops import interrupt
 from tasks.run import finish_run, open_run
 from tasks.stage_errors import StageFailed
-from tasks.stage_memo import OUTPUTS, StageMemo
+from tasks.stage_memo import StageMemo
 
-__all__ = ["STAGE_FLOWS", "StageFailed", "carryon"]
+__all__ = ["StageFailed", "carryon", "stage_flow"]
 
-# Every stage of every engine; a run's config names its benchmark, whose spec lists its stages.
-STAGE_FLOWS = {
-    "checklists": checklists_flow,
-    "simulate": simulate_flow,
-    "judge": judge_flow,
-    "episodes": episodes_flow,
-    "verdicts": verdicts_flow,
-    "report": report_flow,
-}
+
+def stage_flow(spec, stage: str):
+    """The Prefect subflow of a spec's stage: the one its registration names (tasks/stages/)."""
+    module, _, name = spec.stage(stage).flow.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _error_line(e: BaseException) -> str:
@@ -92,14 +82,6 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
                               replay or retry_failed, retry_failed)
 
 
-def _work_rows(ctx) -> list[dict]:
-    """The run's queries (CarryOnBench) or items (the episode engine) as rows, for the stage
-    memos' fingerprints."""
-    if ctx.config.spec.engine == "carryon":
-        return [q.to_row() for q in run_queries(ctx)]
-    return [i.to_row(ctx.config.spec.name) for i in run_items(ctx)]
-
-
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
                    shard_count: int, replay: bool, retry_failed: bool = False) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
@@ -113,15 +95,15 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
             interrupt.raise_if_requested()  # Ctrl-C: no further stage starts
             started = time.perf_counter()
             memo = kept = None
-            if stage in OUTPUTS:  # a replay records its memo too (its rows are new)
-                if work_rows is None:
-                    work_rows = _work_rows(ctx)
+            if ctx.config.spec.stage(stage).outputs:  # a replay records its memo too
+                if work_rows is None:  # the run's work (queries, items) as rows
+                    work_rows = ctx.config.spec.play_stage().rows(ctx)
                 memo = StageMemo.open(ctx, stage, work_rows)
                 kept = None if replay else memo.skipped()
             if kept is not None:  # inputs unchanged: a replay would write the same rows
                 summary["stages"][stage] = kept
             else:
-                summary["stages"][stage] = await STAGE_FLOWS[stage](ctx.run_id)
+                summary["stages"][stage] = await stage_flow(ctx.config.spec, stage)(ctx.run_id)
                 ctx.flush_calls()
                 if memo is not None:
                     memo.record(summary["stages"][stage])

@@ -6,17 +6,10 @@ Prefect UI shows the run's headline numbers."""
 
 from __future__ import annotations
 
-import math
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks.run import get_run
-
-
-def _clean(v):
-    # Prefect stores artifacts as JSON: NaN is not JSON, and None says "no value" plainly.
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def artifact_key(run_id: str) -> str:
@@ -33,34 +26,22 @@ def republish_report(run_id: str, markdown: str) -> None:
 
 @task(name="write-report")
 def write_report_task(run_id: str) -> dict:
-    ctx = get_run(run_id)
-    from tasks.report import build  # pandas, scipy, matplotlib: loaded when a report is due
+    """The run's report (tasks/report/assemble.py) and its artifacts: the headline table where
+    the report has one, report.md."""
+    from tasks.report.assemble import write
 
-    rep, browser = build(ctx.config, run_id, warehouse=ctx.warehouse)
-    rows = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
+    ctx = get_run(run_id)
+    title = ctx.config.spec.title
+    out = write(ctx.config, ctx.warehouse, run_id)
     key = artifact_key(run_id)
-    create_table_artifact(rows, key=f"{key}-model-summary",
-                          description=f"CarryOnBench model summary (Table 2), run {run_id}")
-    create_markdown_artifact(rep.markdown, key=f"{key}-report",
-                             description=f"CarryOnBench report, run {run_id}")
-    return {"report": str(rep.folder), "targets": len(rows),
-            "conversations": len(rep.data.conv), "browser_conversations": len(browser["conversations"])}
-
-
-@task(name="write-episode-report")
-def write_episode_report_task(run_id: str) -> dict:
-    """The report of an episode benchmark (a sister benchmark): report.md and its artifact."""
-    from tasks.report.episodes import write
-
-    ctx = get_run(run_id)
-    folder, markdown = write(ctx.config, ctx.warehouse, run_id)
-    create_markdown_artifact(markdown, key=f"{artifact_key(run_id)}-report",
-                             description=f"{ctx.config.spec.title} report, run {run_id}")
-    return {"report": str(folder)}
+    if out.table is not None:
+        create_table_artifact(out.table, key=f"{key}-model-summary",
+                              description=f"{title} model summary (Table 2), run {run_id}")
+    create_markdown_artifact(out.markdown, key=f"{key}-report",
+                             description=f"{title} report, run {run_id}")
+    return {"report": str(out.folder), **out.summary}
 
 
 @flow(name="report")
 async def report_flow(run_id: str) -> dict:
-    if get_run(run_id).config.spec.engine == "episodes":
-        return write_episode_report_task(run_id)
     return write_report_task(run_id)

@@ -2,19 +2,19 @@
 its user policies, its target policies, its judges, its metric views and its report sections.
 
 A config picks one with ``benchmark: <name>`` (the built-in ``tasks/benchmarks/<name>/spec.yaml``)
-or ``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench. Every component a spec names
-is found in the one registry (``tasks/engine/registry.py``): a built-in one by its module, a
-benchmark's own ones in the modules its spec lists under ``components:``. A component may take
-arguments (``{name: persona, args: {...}}``), checked when the spec loads, and declares the
-model roles it calls, so a config of the benchmark may set exactly those.
+or ``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench. Every component a spec names,
+its stages included, is found in the one registry (``tasks/engine/registry.py``): a built-in
+one by its module, a benchmark's own ones in the modules its spec lists under ``components:``.
+A component may take arguments (``{name: persona, args: {...}}``), checked when the spec
+loads, and declares the model roles it calls, so a config of the benchmark may set exactly
+those.
 
 A benchmark's own metric views (``views:``, a SQL file beside its spec) take the benchmark's
 name and a view prefix as parameters; the warehouse creates them after the engine's views.
 
-CarryOnBench's own stages (checklists, simulate, judge) keep their code; its spec records
-what they do (conditions BC, NC and oracle, the two judges) so the report and ``carryon plan``
-read the same names. The sister benchmarks run on the episode engine (stages ``episodes``
-and ``verdicts``, tasks/engine/).
+CarryOnBench's spec lists its own stages (checklists, simulate, judge, report: registered in
+tasks/benchmarks/carryon/stages.py); the sister benchmarks use the episode engine's
+(episodes, verdicts, report: tasks/stages/).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from tasks.engine import registry
 from tasks.engine.spec import (  # noqa: F401 (the spec's models, imported from here too)
-    CARRYON_STAGES, EPISODE_STAGES, BenchmarkSpec, CarryOnConditions, ConditionSpec, ScriptSpec,
+    CARRYON_STAGES, DEFAULT_STAGES, BenchmarkSpec, CarryOnConditions, ConditionSpec, ScriptSpec,
     SpecError, ViewsSpec,
 )
 from warehouse.store import on_init, on_views
@@ -85,29 +85,28 @@ def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     # Every component a spec names must resolve, with valid arguments, now: not halfway
     # through a run.
-    names = [("user", c.name, c.user, c.user_args, f"conditions[{c.name}].user")
-             for c in spec.conditions]
+    names = [("stage", None, s, None, f"stages[{s}]") for s in spec.stages]
+    names += [("user", c.name, c.user, c.user_args, f"conditions[{c.name}].user")
+              for c in spec.conditions]
     if spec.loader:
         names.append(("loader", None, spec.loader, None, "loader"))
-    if spec.engine == "episodes":
-        names += [("target", None, t, None, f"targets[{t}]") for t in spec.targets]
-        names += [("stop", None, t, None, f"stops[{t}]") for t in spec.stops]
-        names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
-    names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]  # every engine's
+    names += [("target", None, t, None, f"targets[{t}]") for t in spec.targets]
+    names += [("stop", None, t, None, f"stops[{t}]") for t in spec.stops]
+    names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
+    names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]
     used = set()
     for kind, cond, name, cond_args, field in names:
         try:
             comp = registry.lookup(kind, name)
-            engines = comp.meta.get("engines")
-            if engines and spec.engine not in engines:
+            stages = comp.meta.get("stages")  # a judge only some judging stages can run
+            if stages and not set(stages) & set(spec.stages):
                 raise registry.ComponentError(
-                    f"{registry.KIND_WORDS[kind]} {name} runs only in the {', '.join(engines)} "
-                    f"engine's own stages, not on engine {spec.engine}")
+                    f"{registry.KIND_WORDS[kind]} {name} runs only in stage "
+                    f"{' or '.join(stages)}, which this spec does not list")
             comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
-            # CarryOnBench's own stages build its judges per batch (tasks/judge.py).
             if kind == "user":
                 spec.user(spec.condition(cond))
-            elif not (kind == "judge" and spec.engine == "carryon"):
+            elif not stages:  # a stage-run judge is built by its stage, per batch
                 spec.component(kind, name)
         except registry.ComponentError as e:
             raise SpecError(f"{path}: {field}: {e}") from None
@@ -115,6 +114,10 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     unused = sorted(set(spec.args) - used)
     if unused:
         raise SpecError(f"{path}: args: {unused[0]} names no component of this spec")
+    try:
+        spec.check_stages()
+    except ValueError as e:
+        raise SpecError(f"{path}: {e}") from None
     if spec.views is not None:
         views = path.parent / spec.views.file
         if not views.is_file():

@@ -85,14 +85,15 @@ def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
 
 def make_plan(cfg: Config, limit: int | None = None,
               key_warnings: bool = True) -> tuple[list[dict], list[str]]:
-    """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines, which
-    ask litellm (a 6 s import): the report's cost section reads the rows only."""
-    keys = plan_warnings if key_warnings else (lambda _cfg: [])
-    if cfg.spec.engine == "episodes":
-        from tasks.engine.plan import make_plan as episode_plan
+    """The plan's rows and notes: the spec's play stage plans the run's work through every
+    stage (tasks/stages/). ``key_warnings=False`` leaves out the missing-key lines, which ask
+    litellm (a 6 s import): the report's cost section reads the rows only."""
+    rows, notes = cfg.spec.play_stage().plan(cfg, limit)
+    return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
 
-        rows, notes = episode_plan(cfg, limit)
-        return rows, notes + reasoning_warnings(cfg) + keys(cfg)
+
+def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    """CarryOnBench's plan (its simulate stage's): checklists, simulation and judging."""
     queries = select_queries(cfg, limit)
     q = len(queries)
     ens = cfg.role_specs("ensemble")
@@ -159,7 +160,6 @@ def make_plan(cfg: Config, limit: int | None = None,
         notes.insert(4, f"move checker: one check per simulated user turn; resampling failing "
                         f"turns (max_resamples={rs['max_resamples']}) adds at most "
                         f"{rs['extra_calls_upper_bound']} simulator and checker calls.")
-    notes += reasoning_warnings(cfg) + keys(cfg)
     return rows, notes
 
 

@@ -108,15 +108,10 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
 
 def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     check_folders(cfg)
-    # A bad dataset file fails here, naming file, row and field.
-    if any(s in stages for s in ("checklists", "simulate", "judge")):
-        from tasks.data import select_queries
-
-        select_queries(cfg, limit)
-    if any(s in stages for s in ("episodes", "verdicts")):
-        from tasks.engine.items import select_items
-
-        select_items(cfg, limit)
+    # A bad dataset file fails here, naming file, row and field (the play stage selects the
+    # run's work for every model stage).
+    if any(cfg.spec.stage(s).phase != "report" for s in stages):
+        cfg.spec.play_stage().select(cfg, limit)
     by_stage, optional = _stage_roles(cfg, stages)
     roles = sorted({r for s in stages for r in by_stage[s]})
     for role in roles:

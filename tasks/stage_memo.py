@@ -26,8 +26,8 @@ memo with its fingerprint exists and the stage's own tables still hash as the me
 a skip is never required for correctness; editing any source file, for instance, replays
 every stage once. ``carryon run --replay`` (or ``replay=True``) runs every stage regardless.
 
-The stages listed in PIPELINES keep memos: CarryOnBench's three model stages and the episode
-engine's two (every benchmark on it). The report always runs. The engine's tables hold every
+Every stage that writes tables keeps a memo (its ``outputs``, tasks/stages/): CarryOnBench's
+three model stages and the episode engine's two. The report writes none and always runs. The engine's tables hold every
 benchmark's rows, so a run of another benchmark in the same home changes them: the next rerun
 replays its stages once (from the cache) instead of skipping them.
 """
@@ -42,23 +42,6 @@ import json
 import sys
 from pathlib import Path
 
-# The tables each memoised stage writes, per engine, in pipeline order. A stage's inputs are
-# the tables of every stage before it in its pipeline, plus SHARED.
-PIPELINES: dict[str, dict[str, tuple[str, ...]]] = {
-    "carryon": {
-        "checklists": ("queries", "intents", "ensemble_answers", "guard_verdicts",
-                       "decomposed_items", "merged_items", "checklists", "checklist_items",
-                       "checklist_queries"),
-        "simulate": ("conversations", "turns", "move_checks"),
-        "judge": ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
-                  "judged_batches", "judge_agreement"),
-    },
-    "episodes": {
-        "episodes": ("bench_items", "episodes", "episode_turns"),
-        "verdicts": ("verdict_sets", "verdicts"),
-    },
-}
-OUTPUTS: dict[str, tuple[str, ...]] = {s: t for p in PIPELINES.values() for s, t in p.items()}
 SHARED = ("bench_conditions",)  # written by every run's open_run (the spec's condition names)
 # The libraries between a cached answer and a stored row (parsing, templates, hashing).
 _LIBRARIES = ("pydantic", "jinja2", "duckdb", "json-repair", "litellm")
@@ -66,9 +49,10 @@ _ROOT = Path(__file__).resolve().parents[1]
 _SOURCE_DIRS = ("tasks", "flows", "warehouse")
 
 
-def input_tables(stage: str) -> tuple[str, ...]:
-    order = next(list(p) for p in PIPELINES.values() if stage in p)
-    return SHARED + tuple(t for s in order[:order.index(stage)] for t in OUTPUTS[s])
+def input_tables(spec, stage: str) -> tuple[str, ...]:
+    """The tables a stage's inputs are read from: those of the spec's stages before it."""
+    order = spec.stages
+    return SHARED + tuple(t for s in order[:order.index(stage)] for t in spec.stage(s).outputs)
 
 
 # The files of a spec's folder that shape a run: the spec, its component modules, its views and
@@ -149,18 +133,22 @@ class StageMemo:
     fingerprint: str | None = None
     failures_before: int = 0
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.ctx.config.spec.stage(self.stage).outputs
+
     @classmethod
     def open(cls, ctx, stage: str, work_rows: list[dict]) -> "StageMemo | None":
         """``work_rows``: the run's queries or items as rows. None: the stage keeps no memo."""
-        if stage not in OUTPUTS:
+        cfg = ctx.config
+        if not cfg.spec.stage(stage).outputs:
             return None
         from tasks.gateway.cache import generation
 
-        cfg = ctx.config
         doc = {"stage": stage, "source": source_version(), "config": _config_doc(cfg),
                "queries": work_rows,
                "cache_generation": generation(cfg.cache_path),
-               "inputs": table_digests(ctx.warehouse, input_tables(stage))}
+               "inputs": table_digests(ctx.warehouse, input_tables(cfg.spec, stage))}
         spec_version = spec_folder_version(cfg.spec)
         if spec_version:  # only then: the fingerprints of built-in specs stay as they were
             doc["spec_folder"] = spec_version
@@ -178,7 +166,7 @@ class StageMemo:
         marked ``unchanged_since``; None: run it."""
         wh = self.ctx.warehouse
         rows = wh.query("SELECT * FROM stage_memos WHERE fingerprint = ?", [self.fingerprint])
-        if not rows or json.loads(rows[0]["outputs"]) != table_digests(wh, OUTPUTS[self.stage]):
+        if not rows or json.loads(rows[0]["outputs"]) != table_digests(wh, self.outputs):
             return None
         summary = json.loads(rows[0]["summary"])
         summary.pop("calls", None)  # the recording run's requests, not this run's (none)
@@ -194,7 +182,7 @@ class StageMemo:
         wh = self.ctx.warehouse
         wh.write("stage_memos", [{
             "fingerprint": self.fingerprint, "stage": self.stage,
-            "outputs": json.dumps(table_digests(wh, OUTPUTS[self.stage])),
+            "outputs": json.dumps(table_digests(wh, self.outputs)),
             "summary": json.dumps(summary, default=str), "run_id": self.ctx.run_id,
             "created": dt.datetime.now(dt.timezone.utc)}])
         return True

@@ -347,7 +347,26 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     bad.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\njudges: [benutil]\n"
                    "conditions: [{name: a, prompt: q}]\n")
     with pytest.raises(SpecError, match=r"bad.yaml: judges\[benutil\]: judge benutil runs only "
-                                        r"in the carryon engine's own stages"):
+                                        r"in stage judge, which this spec does not list"):
+        load_spec(str(bad))
+    # Stages are components: a wrong name, the wrong order or no play stage is one line.
+    base = "title: Bad\nloader: opensafeintent\nconditions: [{name: a, prompt: q}]\n"
+    for i, (stages, msg) in enumerate((
+            ("[episodes, nosuch]", r"stages\[nosuch\]: no stage named 'nosuch'"),
+            ("[report, episodes]", r"stages: \['report', 'episodes'\] are not in pipeline order"),
+            ("[verdicts, report]", r"stages: a benchmark has exactly one play stage \(got none\)"),
+            ("[episodes, simulate]", r"stages: a benchmark has exactly one play stage"),
+            ("[checklists, episodes]", None))):
+        text = f"name: bads{i}\nstages: {stages}\ncomponents: [tasks.benchmarks.carryon.stages]\n"
+        if msg is None:  # CarryOnBench's prepare stage before the episode engine's play
+            (tmp_path / "mixed.yaml").write_text(text + base)
+            assert load_spec(str(tmp_path / "mixed.yaml")).play_stage().name == "episodes"
+            continue
+        bad.write_text(text + base)
+        with pytest.raises(SpecError, match=r"bad.yaml: " + msg):
+            load_spec(str(bad))
+    bad.write_text("name: bad6\nengine: carryon\nstages: [episodes]\n" + base)
+    with pytest.raises(SpecError, match=r"bad.yaml: \(top level\): engine: give `stages:` or "):
         load_spec(str(bad))
     # Safety is any spec's: by name, with its arguments checked when the spec loads.
     good = tmp_path / "good.yaml"

@@ -1,4 +1,4 @@
-"""``carryon data`` (the selected queries, or an episode benchmark's items) and ``carryon
+"""``carryon data`` (the run's work: the selected queries, or an episode benchmark's items) and ``carryon
 flows`` (the valid conversation flows, counted or sampled)."""
 
 from __future__ import annotations
@@ -15,25 +15,21 @@ from tasks.config import ConfigError, load_config
 
 def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json"),
          limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
-    """Print the selected queries (id, category, query, a one-line context) and the count."""
-    from tasks.data import DataError, select_queries
+    """Print the run's work (CarryOnBench's selected queries, another benchmark's items) and
+    the count."""
+    from tasks.data import DataError
 
     try:
         cfg = load_config(config)
-        if cfg.spec.engine == "episodes":
-            from flows.cli.episodes import print_items
-
-            return print_items(cfg, json_out, limit)
-        queries = select_queries(cfg, limit=limit)
+        lines, rows, count = cfg.spec.play_stage().listing(cfg, limit)
     except (ConfigError, DataError) as e:
         _fail(str(e))
     if json_out:
-        for q in queries:
-            typer.echo(json.dumps(q.as_dict()))
+        for line in lines:
+            typer.echo(json.dumps(line))
         return
-    _print_table([{"id": q.query_id, "category": q.category, "query": q.query,
-                   "context": q.context_line()} for q in queries])
-    typer.echo(f"{len(queries)} queries selected")
+    _print_table(rows)
+    typer.echo(count)
 
 
 def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per number of moves."),

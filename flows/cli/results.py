@@ -50,30 +50,18 @@ def report(config: str = ConfigOpt,
            compare: Optional[str] = typer.Option(
                None, "--compare", help="paper: also print the run's numbers beside the paper's "
                                        "(the report's \"Beside the paper\" section).")):
-    """Write <home>/reports/<run id>/ with report.md, report.html and the figures."""
-    from tasks.report import ReportError, build, write_report
+    """Write <home>/reports/<run id>/ with report.md (CarryOnBench: also report.html and the
+    figures)."""
+    from tasks.report import ReportError
+    from tasks.report.assemble import write
 
-    from tasks.report import summary_rows
-    from warehouse import Warehouse
-
-    if compare is not None and compare != "paper":
-        _fail(f"--compare: {compare!r} is not a comparison (the one there is: paper)")
     try:
         cfg = load_config(config)
-        if cfg.spec.engine == "episodes":
-            if compare:
-                _fail(f"--compare paper: the paper's numbers are CarryOnBench's, not {cfg.spec.name}'s")
-            from flows.cli.episodes import episode_report
-
-            typer.echo(f"report: {episode_report(cfg, run_id)}")
-            return
-        rep = build(cfg, run_id)[0] if compare else None
-        out = rep.folder if rep else write_report(cfg, run_id)
+        out = write(cfg, None, run_id, compare)
     except (ConfigError, ReportError) as e:
         _fail(str(e))
-    _print_table(summary_rows(Warehouse(cfg.home_path / "warehouse.duckdb")))
-    if rep:
-        from tasks.report.markdown import paper_section
-
-        typer.echo("\n" + "\n".join(paper_section(rep.stats)))
-    typer.echo(f"report: {out}")
+    if out.console is not None:
+        _print_table(out.console)
+    if out.notes:
+        typer.echo("\n" + "\n".join(out.notes))
+    typer.echo(f"report: {out.folder}")

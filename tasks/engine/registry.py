@@ -1,5 +1,5 @@
-"""Components in one registry: user policies, target policies, judges, dataset loaders, stop
-rules and report sections, each registered with a decorator under a name a spec can use.
+"""Components in one registry: stages, user policies, target policies, judges, dataset loaders,
+stop rules and report sections, each registered with a decorator under a name a spec can use.
 
     @user_policy("persona", args=PersonaArgs, roles=("user_simulator",))
     class Persona: ...
@@ -16,7 +16,7 @@ A registration says what the component needs and nothing more:
   exactly the roles its spec's components declare (plus the few every benchmark has), so no
   role is listed per benchmark anywhere.
 
-Built-in components live in one module per name (``tasks/users/<name>.py``,
+Built-in components live in one module per name (``tasks/stages/<name>.py``, ``tasks/users/<name>.py``,
 ``tasks/judges/<name>.py``, ``tasks/datasets/<name>.py``, ``tasks/targets/<name>.py``,
 ``tasks/report/sections/<name>.py``): a lookup imports that module, which registers it.
 A spec may also list its own modules (``components:``, files beside the spec or importable
@@ -42,6 +42,7 @@ from tasks.roles import BY_NAME, Role
 
 # kind -> the package holding its built-in components (one module per name).
 PACKAGES = {
+    "stage": "tasks.stages",
     "user": "tasks.users",
     "target": "tasks.targets",
     "judge": "tasks.judges",
@@ -49,7 +50,7 @@ PACKAGES = {
     "stop": "tasks.stops",
     "section": "tasks.report.sections",
 }
-KIND_WORDS = {"user": "user policy", "target": "target policy", "judge": "judge",
+KIND_WORDS = {"stage": "stage", "user": "user policy", "target": "target policy", "judge": "judge",
               "loader": "dataset loader", "stop": "stop rule", "section": "report section"}
 
 
@@ -66,8 +67,8 @@ class Component:
     roles: tuple[str, ...]
     module: str
     # What else the kind needs to know: a loader's ``sample`` (the path of the team's sample
-    # file), a section's ``title``, a target policy's ``takes_model``, ``engines`` for a
-    # component only some engines can run.
+    # file), a section's ``title``, a target policy's ``takes_model``, a judge's ``stages``
+    # (the judging stages that can run it), a stage's hooks (tasks/stages/__init__.py).
     meta: dict = field(default_factory=dict)
 
     def check_args(self, args: dict | None) -> BaseModel | None:
@@ -126,6 +127,7 @@ def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
 
 
 # One decorator per kind: ``@user_policy("name", args=..., roles=...)`` and so on.
+stage = partial(register, "stage")
 user_policy = partial(register, "user")
 target_policy = partial(register, "target")
 judge = partial(register, "judge")

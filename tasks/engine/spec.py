@@ -14,10 +14,13 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from tasks.engine import registry
 from tasks.roles import ROLE_TABLE, UNIVERSAL_ROLES
+from tasks.stages import PHASES, optional_roles
 
-# The stages of each engine, in pipeline order.
+# A spec that lists no stages plays episodes (tasks/stages/). ``engine:`` is the older way of
+# choosing the stages, still read: ``episodes`` is this list, ``carryon`` CarryOnBench's own.
+DEFAULT_STAGES = ["episodes", "verdicts", "report"]
 CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
-EPISODE_STAGES = ["episodes", "verdicts", "report"]
+CARRYON_STAGE_MODULE = "tasks.benchmarks.carryon.stages"
 
 
 class SpecError(Exception):
@@ -147,7 +150,9 @@ class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
     description: str = ""
-    engine: str = "episodes"  # "carryon" (its own stages) | "episodes"
+    # Registered stages in pipeline order (tasks/stages/): prepare, play (exactly one), judge,
+    # report. Unset: the episode engine's (episodes, verdicts, report).
+    stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES), min_length=1)
     # Modules of the benchmark's own components: .py files beside the spec, or module names.
     components: list[str] = Field(default_factory=list)
     loader: str | None = None  # a registered dataset loader (episode engine)
@@ -175,6 +180,15 @@ class BenchmarkSpec(_Strict):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if "engine" in data:  # the older key: a name for a list of stages
+            engine = data.pop("engine")
+            if engine not in ("carryon", "episodes"):
+                raise ValueError(f"engine {engine!r}: choose carryon or episodes (or list `stages:`)")
+            if "stages" in data:
+                raise ValueError("engine: give `stages:` or `engine:`, not both")
+            data["stages"] = list(CARRYON_STAGES if engine == "carryon" else DEFAULT_STAGES)
+            if engine == "carryon":
+                data["components"] = [*(data.get("components") or []), CARRYON_STAGE_MODULE]
         args: dict = {}
         for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
                             ("report", "section"), ("stops", "stop")):
@@ -187,33 +201,41 @@ class BenchmarkSpec(_Strict):
             data["args"] = {**args, **(data.get("args") or {})}
         return data
 
-    @field_validator("engine")
-    @classmethod
-    def _engine(cls, v):
-        if v not in ("carryon", "episodes"):
-            raise ValueError(f"engine {v!r}: choose carryon or episodes")
-        return v
-
     @model_validator(mode="after")
     def _names(self):
         names = [c.name for c in self.conditions]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"conditions: duplicate name(s) {dup}")
-        if self.engine == "episodes" and not self.loader:
-            raise ValueError("loader: an episode benchmark needs a dataset loader")
-        if self.engine == "carryon":
-            self.carryon_conditions()  # raises when the conditions are not CarryOnBench's
-        if self.engine == "episodes":
-            bare = [c.name for c in self.conditions if not c.prompt]
-            if bare:
-                raise ValueError(f"conditions {bare}: an episode condition needs `prompt` (the "
-                                 "item's prompt that opens the episode)")
         return self
 
-    @property
-    def stages(self) -> list[str]:
-        return list(CARRYON_STAGES if self.engine == "carryon" else EPISODE_STAGES)
+    def stage_objects(self) -> list:
+        """The spec's stages, built (tasks/stages/)."""
+        return [self.component("stage", n) for n in self.stages]
+
+    def check_stages(self) -> None:
+        """The stages in phase order, exactly one play stage, and what each needs of the spec
+        (ValueError naming the field; tasks/bench.py adds the file)."""
+        dup = sorted({n for n in self.stages if self.stages.count(n) > 1})
+        if dup:
+            raise ValueError(f"stages: {dup[0]} is listed twice")
+        objs = self.stage_objects()
+        phases = [PHASES.index(o.phase) for o in objs]
+        if phases != sorted(phases):
+            raise ValueError(f"stages: {self.stages} are not in pipeline order ("
+                             f"{' -> '.join(PHASES)})")
+        plays = [o.name for o in objs if o.phase == "play"]
+        if len(plays) != 1:
+            raise ValueError(f"stages: a benchmark has exactly one play stage (got {plays or 'none'})")
+        for o in objs:
+            o.check(self)
+
+    def play_stage(self):
+        """The stage that plays the run's work and defines it (select, rows, plan, listing)."""
+        return next(o for o in self.stage_objects() if o.phase == "play")
+
+    def stage(self, name: str):
+        return self.component("stage", name)
 
     def condition(self, name: str) -> ConditionSpec:
         for c in self.conditions:
@@ -256,7 +278,7 @@ class BenchmarkSpec(_Strict):
         return [(name, self.component("target", name)) for name in self.targets]
 
     def component_roles(self) -> tuple[list[str], set[str]]:
-        """(roles, optional roles) the spec's components declare, in spec order."""
+        """(roles, optional roles) the spec's components and stages declare, in spec order."""
         found: list[tuple[str, str]] = []
         if self.loader:
             found.append(("loader", self.loader))
@@ -266,18 +288,18 @@ class BenchmarkSpec(_Strict):
         roles, optional = [], set()
         for kind, name in found:
             comp = registry.lookup(kind, name)
-            for r in comp.roles:
-                if r not in roles:
-                    roles.append(r)
-            optional |= _optional_roles(comp)
+            roles += [r for r in comp.roles if r not in roles]
+            optional |= optional_roles(comp)
+        for s in self.stages:
+            r, o = self.stage_roles(s)
+            roles += [x for x in r if x not in roles]
+            optional |= o
         return roles, optional
 
     def config_roles(self) -> list[str]:
-        """The roles a config of this benchmark may set: its components' roles, CarryOnBench's
-        own stages' (engine carryon) and the universal ones; the role table's order first."""
+        """The roles a config of this benchmark may set: its components' and stages' roles and
+        the universal ones; the role table's order first."""
         roles, _ = self.component_roles()
-        if self.engine == "carryon":
-            roles += [r.name for r in ROLE_TABLE if set(r.stages) & set(CARRYON_STAGES)]
         roles += list(UNIVERSAL_ROLES)
         order = {r.name: i for i, r in enumerate(ROLE_TABLE)}
         return sorted(dict.fromkeys(roles), key=lambda r: order.get(r, len(order)))
@@ -287,33 +309,6 @@ class BenchmarkSpec(_Strict):
         return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
 
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
-        """(roles, optional roles) a stage of this spec calls (for pre-flight and the plan):
-        for ``episodes`` the targets (when a target policy takes a model) and its target
-        policies', stop rules' and user policies' roles, for ``verdicts`` its judges' roles;
-        for CarryOnBench's own stages the role table's (tasks/roles.py)."""
-        roles, optional = [], set()
-        if stage not in EPISODE_STAGES:
-            roles = [r.name for r in ROLE_TABLE if stage in r.stages]
-            return roles, {r.name for r in ROLE_TABLE if r.optional and r.name in roles}
-        if stage == "episodes":
-            roles = ["targets"] if self.needs_target_models() else []
-            for kind, names in (("target", self.targets), ("stop", self.stops),
-                                ("user", [c.user for c in self.conditions])):
-                for n in names:
-                    comp = registry.lookup(kind, n)
-                    roles += [r for r in comp.roles if r not in roles]
-                    optional |= _optional_roles(comp)
-        elif stage == "verdicts":
-            for name in self.judges:
-                comp = registry.lookup("judge", name)
-                roles += [r for r in comp.roles if r not in roles]
-                optional |= _optional_roles(comp)
-        return roles, optional
-
-
-def _optional_roles(comp) -> set[str]:
-    """The roles a component calls only when the config sets them: all of an optional
-    judge's, and those it registered as ``optional_roles`` (the scripted user's move checker)."""
-    if comp.kind == "judge" and getattr(comp.factory, "optional", False):
-        return set(comp.roles)
-    return set(comp.meta.get("optional_roles", ()))
+        """(roles, optional roles) a stage of this spec calls (for pre-flight and the plan),
+        as the stage declares them (tasks/stages/)."""
+        return self.stage(stage).roles(self)

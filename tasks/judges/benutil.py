@@ -36,8 +36,8 @@ EVIDENCE_WEAK_REASK = (f"Your evidence quote is too short to show that the item 
                        "JSON object.")
 
 
-# CarryOnBench's judge stage builds it per batch (tasks/judge.py); registered so a spec names it.
-@judge("benutil", roles=(BENUTIL,), engines=("carryon",))
+# CarryOnBench's judge stage builds it per batch, with the query's checklist (tasks/judge.py).
+@judge("benutil", roles=(BENUTIL,), stages=("judge",))
 class BenUtil(JudgeKind):
     """One call per checklist item of the query; a "fulfilled" whose quote is not in the
     response is re-asked once; a blocked turn fulfils no item (scored, reason blocked)."""

@@ -1,0 +1,66 @@
+"""CarryOnBench's own stages, registered like any benchmark's and named in its spec:
+
+- ``checklists`` (prepare): seemingly harmful queries -> per-query checklists of atomic items
+  (tasks/checklists.py: ensemble answers, WildGuard filter, decomposition, merge, misuse filter).
+- ``simulate`` (play): the conversations, played by the engine's play loop with the ``scripted``
+  user (tasks/simulate.py) and stored as ``conversations`` / ``turns``; its work is the run's
+  queries (tasks/data.py).
+- ``judge``: Ben-Util against the query's checklist and safety, per turn (tasks/judge.py).
+
+Each stage's roles are the role table's (tasks/roles.py).
+"""
+
+from __future__ import annotations
+
+from tasks.engine.registry import stage
+from tasks.stages import Stage, table_roles
+
+
+class _TableRoles(Stage):
+    def roles(self, spec):
+        return table_roles(self.name)
+
+
+@stage("checklists")
+class Checklists(_TableRoles):
+    name, phase, flow = "checklists", "prepare", "flows.checklists:checklists_flow"
+    outputs = ("queries", "intents", "ensemble_answers", "guard_verdicts", "decomposed_items",
+               "merged_items", "checklists", "checklist_items", "checklist_queries")
+
+
+@stage("simulate")
+class Simulate(_TableRoles):
+    name, phase, flow = "simulate", "play", "flows.simulate:simulate_flow"
+    outputs = ("conversations", "turns", "move_checks")
+
+    def check(self, spec):
+        spec.carryon_conditions()  # exactly BC, NC and oracle, else one line naming them
+
+    # ----- the run's work: the selected queries ----------------------------------------------
+    def select(self, cfg, limit):
+        from tasks.data import select_queries
+
+        return select_queries(cfg, limit)
+
+    def rows(self, ctx):
+        from tasks.data import run_queries
+
+        return [q.to_row() for q in run_queries(ctx)]
+
+    def plan(self, cfg, limit):
+        from tasks.plan import carryon_plan  # covers the checklist and judge stages too
+
+        return carryon_plan(cfg, limit)
+
+    def listing(self, cfg, limit) -> tuple[list[dict], list[dict], str]:
+        queries = self.select(cfg, limit)
+        rows = [{"id": q.query_id, "category": q.category, "query": q.query,
+                 "context": q.context_line()} for q in queries]
+        return [q.as_dict() for q in queries], rows, f"{len(queries)} queries selected"
+
+
+@stage("judge")
+class Judge(_TableRoles):
+    name, phase, flow = "judge", "judge", "flows.judge:judge_flow"
+    outputs = ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
+               "judged_batches", "judge_agreement")

@@ -1,0 +1,81 @@
+"""The one entry to every benchmark's report: ``write(cfg, wh, run_id)`` -> ``Written``.
+
+A spec's ``report:`` lists registered sections (tasks/engine/registry.py ``@section``). Plain
+sections (``fn(wh, spec) -> Markdown``) are assembled under the common head of run, models,
+conditions and episode coverage (tasks/report/episodes.py). A *layout* section (registered
+with ``layout=True``: CarryOnBench's paper report, tasks/benchmarks/carryon/report.py) writes
+the whole folder itself, Table 2, figures and HTML, and is then the spec's only section.
+
+The report stage (flows/report.py) and ``carryon report`` (flows/cli/results.py) both call
+this; neither knows which benchmark it writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.engine import registry
+from tasks.report.errors import ReportError
+
+
+@dataclass
+class Written:
+    folder: Path
+    markdown: str
+    # Headline rows: the Prefect table artifact (``table``) and the CLI's printed table
+    # (``console``); None where the report has none.
+    table: list[dict] | None = None
+    console: list[dict] | None = None
+    summary: dict = field(default_factory=dict)  # extra counts for the stage's summary
+    notes: list[str] = field(default_factory=list)  # lines the CLI prints after the table
+
+
+def layout(spec):
+    """The spec's layout section (a component), or None: its report is assembled."""
+    for name in spec.report:
+        if registry.lookup("section", name).meta.get("layout"):
+            return spec.component("section", name)
+    return None
+
+
+def check(spec) -> None:
+    """A layout section writes the whole report, so it stands alone (ValueError otherwise)."""
+    layouts = [n for n in spec.report if registry.lookup("section", n).meta.get("layout")]
+    if layouts and len(spec.report) > 1:
+        raise ValueError(f"report: {layouts[0]} writes the whole report; it is the only section")
+
+
+def compares(spec) -> tuple[str, ...]:
+    """What ``carryon report --compare`` can put beside this benchmark's numbers."""
+    for name in spec.report:
+        comp = registry.lookup("section", name)
+        if comp.meta.get("layout"):
+            return tuple(comp.meta.get("compare", ()))
+    return ()
+
+
+def open_warehouse(cfg):
+    from warehouse import Warehouse
+
+    path = cfg.home_path / "warehouse.duckdb"
+    if not path.exists():
+        raise ReportError(f"{path}: no warehouse yet (run `carryon run` first)")
+    return Warehouse(path).init()  # (re)creates the views, so an old file gets today's metrics
+
+
+def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -> Written:
+    """Write ``<home>/reports/<run id>/`` for the given run, or this config's latest
+    (tasks/report/data.py ``find_run``). ReportError for a missing warehouse or run."""
+    wh = wh or open_warehouse(cfg)
+    if compare is not None and compare not in compares(cfg.spec):
+        raise ReportError(f"--compare: {compare!r} is not a comparison of {cfg.spec.name}'s "
+                          f"report (it has: {', '.join(compares(cfg.spec)) or 'none'})")
+    lay = layout(cfg.spec)
+    if lay is not None:
+        return lay(cfg, wh, run_id, compare)
+    from tasks.report.data import find_run
+    from tasks.report.episodes import write as write_sections
+
+    folder, markdown = write_sections(cfg, wh, run_id or find_run(wh, cfg))
+    return Written(folder, markdown)

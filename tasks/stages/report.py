@@ -1,0 +1,16 @@
+"""The report stage of every benchmark: the spec's report sections, assembled into one report
+folder (tasks/report/assemble.py); it calls no model and keeps no memo (it always runs)."""
+
+from __future__ import annotations
+
+from tasks.engine.registry import stage
+from tasks.report import assemble
+from tasks.stages import Stage
+
+
+@stage("report")
+class Report(Stage):
+    name, phase, flow = "report", "report", "flows.report:report_flow"
+
+    def check(self, spec):
+        assemble.check(spec)

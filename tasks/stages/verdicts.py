@@ -1,0 +1,16 @@
+"""The episode engine's judging stage: the spec's judges over its stored episodes, one verdict
+set per judge (``verdict_sets`` / ``verdicts``; tasks/engine/verdicts.py)."""
+
+from __future__ import annotations
+
+from tasks.engine.registry import stage
+from tasks.stages import Stage, component_roles
+
+
+@stage("verdicts")
+class Verdicts(Stage):
+    name, phase, flow = "verdicts", "judge", "flows.verdicts:verdicts_flow"
+    outputs = ("verdict_sets", "verdicts")
+
+    def roles(self, spec):
+        return component_roles(spec, (("judge", spec.judges),))
