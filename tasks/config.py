@@ -243,6 +243,7 @@ class Config(_Strict):
             where=where,
             reasoning_effort=merged["reasoning_effort"],
             thinking_budget=merged["thinking_budget"],
+            max_string_chars=merged["max_string_chars"],
             family=entry.family,
             batch=bool(merged["batch"]),
             batch_size=merged["batch_size"] or 1000,
@@ -266,9 +267,12 @@ class Config(_Strict):
                 doc["models"].pop(name, None)
         for value in doc["models"].values():
             for entry in value if isinstance(value, list) else [value]:
+                if not isinstance(entry, dict):
+                    continue
                 for key in UNHASHED_ENTRY_FIELDS:
-                    if isinstance(entry, dict):
-                        entry.pop(key, None)
+                    entry.pop(key, None)
+                if entry.get("max_string_chars") is None:
+                    entry.pop("max_string_chars", None)  # added later: unset keeps the hash
         for key in UNHASHED_GATEWAY_FIELDS:  # how requests travel, not what they return
             doc["gateway"].pop(key, None)
         blob = json.dumps(doc, sort_keys=True)

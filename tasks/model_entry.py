@@ -61,6 +61,13 @@ class ModelEntry(_Strict):
     # when it cannot).
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     thinking_budget: int | None = Field(None, ge=0, le=10_000_000)
+    # The longest a free-text string of a structured answer may be, in characters: every
+    # string field of the schema sent gets this maxLength (enum and const fields excepted).
+    # A server that decodes to the schema (llama.cpp, vLLM: structured json_object) then has
+    # to close the string, so a small model caught repeating itself inside a "reason" still
+    # gives valid JSON instead of running to max_tokens. It changes the schema, so it is part
+    # of the cache key, but only when set.
+    max_string_chars: int | None = Field(None, gt=0, le=1_000_000)
     # Groups targets in the report's per-family figure (e.g. "Qwen", "Llama"); the entry's
     # name when unset. Report grouping only: not sent to the model, not in the cache key.
     family: str | None = None
@@ -106,6 +113,7 @@ class ModelSpec:
     where: str  # the config path of the entry, for error messages ("models.targets[0]")
     reasoning_effort: str | None = None
     thinking_budget: int | None = None
+    max_string_chars: int | None = None  # caps the schema's strings (request_schema)
     family: str | None = None  # report grouping only: never in generation_params / the cache key
     # the provider batch API (never in generation_params / the cache key / the config hash)
     batch: bool = False

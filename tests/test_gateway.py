@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from dataclasses import replace
+from typing import Literal
 
 import pytest
 from aiohttp import web
@@ -17,6 +18,7 @@ from tasks.gateway import Gateway
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import RateLimiter
 from tests.factories import model_spec
+from tests.llm_server import answer
 
 
 class Verdict(BaseModel):
@@ -250,6 +252,38 @@ def test_structured_modes(gateway, llm_server):
     assert "JSON schema" in bodies[2]["messages"][-1]["content"]
 
 
+class Reasoned(BaseModel):
+    reason: str
+    act: Literal["answer", "ask"]
+    note: str | None = None
+
+
+def test_max_string_chars_caps_every_free_text_string_sent_and_keys_only_when_set(gateway, llm_server):
+    # A server that decodes to the schema must close a capped string: a small model looping
+    # inside its "reason" still gives valid JSON. Listed values (enum) are left alone.
+    llm_server.scripts["judge"] = lambda body: answer(json.dumps({"reason": "r", "act": "ask"}))
+    plain = spec_for(llm_server, structured="json_object")
+    capped = replace(plain, max_string_chars=200)
+    for spec in (plain, capped):
+        assert run(gateway.chat(spec, "judge", msgs("x"), schema=Reasoned)).ok
+    sent = [q["body"]["response_format"]["schema"] for q in llm_server.requests]
+    assert sent[0] == Reasoned.model_json_schema()  # unset: the schema as it always was
+    props = sent[1]["properties"]
+    assert props["reason"]["maxLength"] == 200
+    assert [m.get("maxLength") for m in props["note"]["anyOf"]] == [200, None]
+    assert "maxLength" not in props["act"]
+    # The cap changes the request, so the key; unset, the key is the one it always was.
+    assert Gateway.chat_key(plain, msgs("x"), Reasoned) != Gateway.chat_key(capped, msgs("x"), Reasoned)
+    assert Gateway.chat_key(plain, msgs("x"), Reasoned) == cache_key(
+        model=plain.model, api_base=plain.api_base, messages=msgs("x"), prompt=None,
+        params=plain.generation_params(), schema=Reasoned.model_json_schema(),
+        structured="json_object", sample_key=None)
+    # In the prompt too, for providers with no structured output.
+    prompted = replace(capped, structured="prompt")
+    assert run(gateway.chat(prompted, "judge", msgs("y"), schema=Reasoned)).ok
+    assert '"maxLength": 200' in llm_server.requests[-1]["body"]["messages"][-1]["content"]
+
+
 def test_role_header_and_text_completion(gateway, llm_server):
     r = run(gateway.text(spec_for(llm_server), "wildguard", "Human user: x\nAnswers: [/INST]"))
     assert r.ok and "Harmful request: no" in r.content
@@ -306,7 +340,7 @@ def _spec_key(spec):
 
 
 def test_reasoning_controls_enter_the_cache_key_only_when_set():
-    from tasks.judge import set_id
+    from tasks.benchmarks.carryon.judge import set_id
 
     base = model_spec("m", "http://127.0.0.1:1/v1", **ENTRY)
     assert _spec_key(base) == _OLD_KEY
@@ -340,8 +374,6 @@ def test_reasoning_controls_from_config(tmp_path):
 
 
 def test_reasoning_params_are_sent_and_tokens_recorded(gateway, llm_server):
-    from tests.llm_server import answer
-
     llm_server.scripts["judge"] = lambda body: answer(json.dumps({"fulfilled": True, "evidence": "e"}),
                                                       reasoning_tokens=40)
     s = spec_for(llm_server, reasoning_effort="low", thinking_budget=100, max_tokens=400)

@@ -123,7 +123,7 @@ class Gateway:
     def chat_key(spec: ModelSpec, messages: list[dict], schema: type[BaseModel] | None = None,
                  sample_key: str | None = None) -> str:
         """The cache key of a chat call (the batch client files its answers under the same)."""
-        doc = schema_doc(schema) if schema is not None else None
+        doc = schema_doc(schema, spec.max_string_chars) if schema is not None else None
         return cache_key(model=spec.model, api_base=spec.api_base, messages=messages, prompt=None,
                          params=spec.generation_params(), schema=doc,
                          structured=spec.structured, sample_key=sample_key)

@@ -37,23 +37,42 @@ def _litellm():
 
 
 @functools.lru_cache(maxsize=512)
-def schema_doc(schema_cls: type[BaseModel]) -> dict:
-    """A model's JSON schema, computed once per class: pydantic rebuilds it on every call
-    (about 0.3 ms), and every structured call needs it for its cache key. Callers must not
-    mutate the returned dict (``response_format_for`` copies it before it leaves the gateway).
-    Bounded: stages build a few classes per query (merge, misuse) and those come and go."""
-    return schema_cls.model_json_schema()
+def schema_doc(schema_cls: type[BaseModel], max_chars: int | None = None) -> dict:
+    """A model's JSON schema as sent, computed once per class: pydantic rebuilds it on every
+    call (about 0.3 ms), and every structured call needs it for its cache key. With
+    ``max_chars`` (a model entry's ``max_string_chars``) every free-text string gets that
+    maxLength. Callers must not mutate the returned dict (``response_format_for`` copies it
+    before it leaves the gateway). Bounded: stages build a few classes per query (merge,
+    misuse) and those come and go."""
+    doc = schema_cls.model_json_schema()
+    if max_chars is not None:
+        _cap_strings(doc, max_chars)
+    return doc
+
+
+def _cap_strings(node, max_chars: int) -> None:
+    # In place, on a fresh pydantic schema: string fields anywhere (properties, $defs, anyOf
+    # members, array items); a field whose values are listed (enum, const) is left as it is.
+    if isinstance(node, dict):
+        if node.get("type") == "string" and "enum" not in node and "const" not in node:
+            node["maxLength"] = min(max_chars, node.get("maxLength", max_chars))
+        for value in node.values():
+            _cap_strings(value, max_chars)
+    elif isinstance(node, list):
+        for value in node:
+            _cap_strings(value, max_chars)
 
 
 @functools.lru_cache(maxsize=512)
-def _schema_json(schema_cls: type[BaseModel]) -> str:
-    return json.dumps(schema_doc(schema_cls))
+def _schema_json(schema_cls: type[BaseModel], max_chars: int | None = None) -> str:
+    return json.dumps(schema_doc(schema_cls, max_chars))
 
 
-def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | None:
+def response_format_for(schema_cls: type[BaseModel], structured: str,
+                        max_chars: int | None = None) -> dict | None:
     # A fresh copy per request (litellm or a provider adapter may edit the schema it is
     # handed); parsing the cached JSON is several times cheaper than copy.deepcopy.
-    schema = json.loads(_schema_json(schema_cls))
+    schema = json.loads(_schema_json(schema_cls, max_chars))
     if structured == "json_schema":
         return {"type": "json_schema",
                 "json_schema": {"name": schema_cls.__name__, "schema": schema}}
@@ -63,10 +82,11 @@ def response_format_for(schema_cls: type[BaseModel], structured: str) -> dict | 
     return None  # "prompt": the schema travels in the prompt instead
 
 
-def _with_schema_instructions(messages: list[dict], schema_cls: type[BaseModel]) -> list[dict]:
+def _with_schema_instructions(messages: list[dict], schema_cls: type[BaseModel],
+                              max_chars: int | None = None) -> list[dict]:
     """Fallback for providers without structured output: state the schema in the prompt."""
     note = ("\n\nAnswer with a single JSON object and nothing else. It must match this JSON "
-            "schema:\n" + _schema_json(schema_cls))
+            "schema:\n" + _schema_json(schema_cls, max_chars))
     out = [dict(m) for m in messages]
     out[-1]["content"] = out[-1]["content"] + note
     return out
@@ -292,11 +312,11 @@ def request_kwargs(spec, role: str, messages, schema,
         if spec.api_base:
             kwargs["api_key"] = "none"
     if schema is not None:
-        rf = response_format_for(schema, spec.structured)
+        rf = response_format_for(schema, spec.structured, spec.max_string_chars)
         if rf is not None:
             kwargs["response_format"] = rf
         else:
-            messages = _with_schema_instructions(messages, schema)
+            messages = _with_schema_instructions(messages, schema, spec.max_string_chars)
     return kwargs, messages
 
 
