@@ -51,7 +51,7 @@ def peak_mb() -> float:
 async def child(n: int, api_base: str, conc: int, cache_dir: Path) -> dict:
     from tasks.config import ModelSpec
     from tasks.gateway import Gateway
-    from tasks.judge_prompts import BenUtilVerdict
+    from tasks.judges.prompts import BenUtilVerdict
 
     spec = ModelSpec(name="judge", model="openai/bench-judge", api_base=api_base, api_key_env=None,
                      temperature=0.0, top_p=None, max_tokens=64, seed=None, stop=None,

@@ -22,7 +22,7 @@ Against the loopback test server (its own process) at 50 ms latency:
 3. **Reruns**: the warm rerun's flow time ÷ the cold flow's, in this process and as a user
    reruns (``carryon run`` again, a fresh process: its flow then also imports what the stages
    load lazily, the report's libraries among them). A rerun skips the model stages whose
-   inputs are unchanged (tasks/stage_memo.py); the in-process rerun is also timed with
+   inputs are unchanged (tasks/engine/stage_memo.py); the in-process rerun is also timed with
    ``replay=True``, every stage replayed from the cache, beside it. The fixed cost a user pays before
    the first stage: imports (a fresh process), the temporary Prefect server's start, and with
    a long-lived server configured (``PREFECT_API_URL``) nothing but the imports.

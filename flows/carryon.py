@@ -4,10 +4,10 @@ The flow takes only plain parameters (a config path, stage names, a limit, a sha
 nothing secret or unserialisable reaches Prefect. Stages run in pipeline order; each one
 reads its inputs from the warehouse, so any suffix of the pipeline can run on its own. A model
 stage whose inputs are unchanged since it last ran whole is skipped (its summary says
-``unchanged_since``; tasks/stage_memo.py), unless the run asks for ``replay``.
+``unchanged_since``; tasks/engine/stage_memo.py), unless the run asks for ``replay``.
 
 A stage that had work and did none of it because its model calls failed raises
-``StageFailed`` (tasks/stage_errors.py): the run is recorded as failed with that one-line
+``StageFailed`` (tasks/engine/stage_errors.py): the run is recorded as failed with that one-line
 reason and no later stage runs. The report is written inside the run, before the run's row
 is closed; once it is closed, the report's status line is rewritten with the final status.
 """
@@ -23,9 +23,9 @@ from prefect.context import SyncClientContext
 from flows.report import republish_report
 from tasks import untrusted
 from tasks.ops import interrupt
-from tasks.run import finish_run, open_run
-from tasks.stage_errors import StageFailed
-from tasks.stage_memo import StageMemo
+from tasks.engine.run import finish_run, open_run
+from tasks.engine.stage_errors import StageFailed
+from tasks.engine.stage_memo import StageMemo
 
 __all__ = ["StageFailed", "carryon", "stage_flow"]
 
@@ -71,7 +71,7 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1, replay: bool = False,
                   retry_failed: bool = False) -> dict:
     """``replay``: run every stage, also those whose inputs are unchanged since they last ran
-    whole (tasks/stage_memo.py; by default those are skipped, their rows already stored).
+    whole (tasks/engine/stage_memo.py; by default those are skipped, their rows already stored).
     ``retry_failed``: send again the deterministic calls whose failure an earlier run
     remembered (tasks/gateway/client.py); implies ``replay``."""
     # One synchronous Prefect client for the whole run: the stages' progress and report

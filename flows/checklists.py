@@ -11,12 +11,12 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.checklists import build_batch, resolve_roles, stage_stats
-from tasks.data import run_queries
+from tasks.benchmarks.carryon.checklists import build_batch, resolve_roles, stage_stats
+from tasks.benchmarks.carryon.queries import run_queries
 from tasks.engine.stage import run_batches
-from tasks.progress import Progress
-from tasks.run import get_run
-from tasks.stage_errors import StageFailed, checklists_failure
+from tasks.engine.progress import Progress
+from tasks.engine.run import get_run
+from tasks.engine.stage_errors import StageFailed, checklists_failure
 
 BATCH_SIZE = 8
 

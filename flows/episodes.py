@@ -13,9 +13,9 @@ from prefect.cache_policies import NO_CACHE
 from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
 from tasks.engine.items import run_items, store_items, stored_items
 from tasks.engine.stage import run_batches
-from tasks.progress import Progress
-from tasks.run import get_run
-from tasks.stage_errors import StageFailed, all_failed, every
+from tasks.engine.progress import Progress
+from tasks.engine.run import get_run
+from tasks.engine.stage_errors import StageFailed, all_failed, every
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4

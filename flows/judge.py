@@ -11,14 +11,14 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.judge import (
+from tasks.benchmarks.carryon.judge import (
     BENUTIL, SAFETY, agreement_rows, judge_batch, judges, merge_summaries, plan_judging,
     write_sets,
 )
 from tasks.engine.stage import run_batches
-from tasks.progress import Progress
-from tasks.run import get_run
-from tasks.stage_errors import StageFailed, judge_failure
+from tasks.engine.progress import Progress
+from tasks.engine.run import get_run
+from tasks.engine.stage_errors import StageFailed, judge_failure
 
 # About 3 queries' conversations per target: big enough to share first responses and keep
 # the gateway busy, small enough that a batch's prompts stay a few MB.
@@ -28,7 +28,7 @@ BATCHES_IN_FLIGHT = 4
 
 def run_query_ids(ctx) -> list[str]:
     """The queries this run covers (limit and shard applied by the data stage)."""
-    from tasks.data import run_queries
+    from tasks.benchmarks.carryon.queries import run_queries
 
     return [q.query_id for q in run_queries(ctx)]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from tasks.run import get_run
+from tasks.engine.run import get_run
 
 
 def artifact_key(run_id: str) -> str:

@@ -17,14 +17,14 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.data import run_queries
-from tasks.move_checker import CHECKER_ROLE
+from tasks.benchmarks.carryon.queries import run_queries
+from tasks.users.move_checker import CHECKER_ROLE
 from tasks.engine.stage import run_batches
-from tasks.progress import Progress
-from tasks.run import get_run
-from tasks.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
-from tasks.simulate_plan import select_checklisted
-from tasks.stage_errors import StageFailed, simulate_failure
+from tasks.engine.progress import Progress
+from tasks.engine.run import get_run
+from tasks.benchmarks.carryon.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
+from tasks.benchmarks.carryon.simulate_plan import select_checklisted
+from tasks.engine.stage_errors import StageFailed, simulate_failure
 
 BATCH_SIZE = 4  # queries per task; x targets x (flows + oracle) conversations each
 

@@ -10,9 +10,9 @@ from flows.episodes import run_work
 from tasks.engine.episode import episode_id, stored_episode_ids
 from tasks.engine.stage import run_batches
 from tasks.engine.verdicts import judge_batch, merge, set_rows, spec_judges
-from tasks.progress import Progress
-from tasks.run import get_run
-from tasks.stage_errors import StageFailed, all_failed, every
+from tasks.engine.progress import Progress
+from tasks.engine.run import get_run
+from tasks.engine.stage_errors import StageFailed, all_failed, every
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4

@@ -12,7 +12,7 @@ What is stored is never cut: the warehouse keeps the whole turn. Each cut is cou
 (``cuts()``; the run summary and the command's output show the count) and logged once per
 turn text.
 
-The setting is process-wide: a run sets it from its config when it opens (tasks/run.py), and
+The setting is process-wide: a run sets it from its config when it opens (tasks/engine/run.py), and
 prompts are built deep in the stages without the config at hand.
 """
 

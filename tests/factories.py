@@ -46,7 +46,7 @@ class FakeGateway:
     """Answers each chat call with ``answer(call)``: a ``CallResult`` as it is, or text, which
     becomes a successful result (call hash ``h<n>`` for the n-th call) parsed with the call's
     schema when it has one. Records every call in ``calls``. ``chat_key`` is the real
-    Gateway's, so code that wraps a gateway (tasks/simulate.py SharedCalls) works on it."""
+    Gateway's, so code that wraps a gateway (tasks/benchmarks/carryon/simulate.py SharedCalls) works on it."""
 
     chat_key = staticmethod(Gateway.chat_key)
 

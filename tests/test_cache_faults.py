@@ -12,7 +12,7 @@ import pytest
 from tasks.config import ConfigError
 from tasks.gateway import Gateway
 from tasks.gateway.cache import CacheError, ResponseCache
-from tasks.run import check_home
+from tasks.engine.run import check_home
 from tests.test_gateway import msgs, spec_for
 
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from prompts import PROMPTS_DIR, render
-from tasks.categories import ALIASES, CATEGORIES, DOMAIN_NAMES, lookup
+from tasks.benchmarks.carryon.categories import ALIASES, CATEGORIES, DOMAIN_NAMES, lookup
 from tasks.config import load_config
-from tasks.data import CONTEXT_FIELDS, DataError, QueryRow, load_casebench, select_queries
-from tasks.intents import intent_messages, situation_lines
+from tasks.benchmarks.carryon.queries import CONTEXT_FIELDS, DataError, QueryRow, load_casebench, select_queries
+from tasks.benchmarks.carryon.intents import intent_messages, situation_lines
 from tests.fixtures.published_shapes import (
     EXCLUDED_IDS, PUBLISHED_SPELLINGS, published_category, published_shape_rows,
     write_published_shapes,

@@ -11,12 +11,12 @@ import pytest
 from aiohttp import web
 
 from prompts import render
-from tasks.checklist_models import ITEM_CATEGORIES, merge_model, misuse_model, parse_wildguard
-from tasks.checklists import build_batch, checklist_version, stage_stats
+from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, merge_model, misuse_model, parse_wildguard
+from tasks.benchmarks.carryon.checklists import build_batch, checklist_version, stage_stats
 from tasks.config import ConfigError
-from tasks.data import QueryRow, run_queries
-from tasks.intents import ensure_intents, oracle_prompt
-from tasks.run import finish_run, open_run
+from tasks.benchmarks.carryon.queries import QueryRow, run_queries
+from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
+from tasks.engine.run import finish_run, open_run
 from tests.conftest import base_config
 
 ENS = ["ens-1", "ens-2", "ens-3"]
@@ -311,7 +311,7 @@ def test_sorrybench_query_gets_query_only_intent(write_config, llm_server):
 
 
 def test_roles_that_cannot_work_fail_before_writing(write_config, llm_server):
-    from tasks.checklists import resolve_roles
+    from tasks.benchmarks.carryon.checklists import resolve_roles
     from tasks.config import load_config
 
     with pytest.raises(ConfigError, match="min_harmless: 4 exceeds the 3 ensemble"):
@@ -333,7 +333,7 @@ def test_checklists_flow_and_rerun(prefect_harness, write_config, llm_server):
     again = asyncio.run(carryon(config=str(path), stages="checklists", replay=True))
     assert llm_server.counts["total"] == sent and again["requests"] == 0
     assert again["stages"]["checklists"] == st
-    # By default the unchanged stage is skipped, and says so (tasks/stage_memo.py).
+    # By default the unchanged stage is skipped, and says so (tasks/engine/stage_memo.py).
     skipped = asyncio.run(carryon(config=str(path), stages="checklists"))
     assert llm_server.counts["total"] == sent
     assert skipped["stages"]["checklists"] == {**st, "unchanged_since": again["run_id"]}
@@ -386,7 +386,7 @@ def test_wildguard_text_mode_drops_refusals(write_config, llm_server):
     assert v["ens-2"]["raw"].strip().startswith("Harmful request: yes")
     assert v["ens-1"]["kept"] and v["ens-3"]["kept"]
     # WildGuard's N/A for the refusal line is not a refusal
-    from tasks.checklists import guard_decision
+    from tasks.benchmarks.carryon.checklists import guard_decision
 
     assert guard_decision({"harmful_response": False, "response_refusal": None}) == {"kept": True, "reason": None}
 
@@ -437,7 +437,7 @@ def test_merged_list_is_capped_at_max_items_and_the_cap_is_recorded(write_config
 
 
 def test_a_cut_off_merge_is_its_own_drop_reason(write_config, llm_server):
-    from tasks.stage_errors import is_call_error
+    from tasks.engine.stage_errors import is_call_error
 
     llm_server.scripts["merger"] = lambda body: '{"items": [{"question": "Does it give fact 1?", "categ'
     ctx, summaries = run_stage(write_config(), limit=1)
@@ -476,7 +476,7 @@ def test_a_cut_off_ensemble_answer_is_recorded_and_not_used(write_config, llm_se
 
 
 def test_truncation_rule_on_call_results():
-    from tasks.checklists import truncated
+    from tasks.benchmarks.carryon.checklists import truncated
     from tasks.gateway.client import CallResult
 
     assert truncated(CallResult("h", error="x: Invalid JSON: EOF while parsing a string at line 1",
@@ -492,7 +492,7 @@ def test_truncation_rule_on_call_results():
 
 
 def test_role_token_budgets(write_config, llm_server, tmp_path):
-    from tasks.checklists import ROLE_MAX_TOKENS, resolve_roles
+    from tasks.benchmarks.carryon.checklists import ROLE_MAX_TOKENS, resolve_roles
     from tasks.config import load_config
 
     cfg = base_config(llm_server.api_base, tmp_path / "home")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tasks.bench import condition_rows, load_spec
-from tasks.data import DataError
+from tasks.benchmarks.carryon.queries import DataError
 from tasks.datasets import pacific
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult

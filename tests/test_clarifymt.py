@@ -20,7 +20,7 @@ import pytest
 from tasks.bench import load_spec
 from tasks.benchmarks.clarifymt import clarify_agent, judges, loaders, persona_user
 from tasks.benchmarks.clarifymt.section import ClarifyMTSection, cell
-from tasks.data import DataError
+from tasks.benchmarks.carryon.queries import DataError
 from tasks.engine.episode import play, replayed_prefix
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult

@@ -125,9 +125,9 @@ def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
 
 # ----- one population ----------------------------------------------------------------------------
 def test_only_checklisted_queries_enter_simulation(wh):
-    from tasks.simulate_plan import NO_CHECKLIST_YET, select_checklisted
-    from tasks.stage_errors import simulate_failure as failure_line
-    from tasks.data import QueryRow
+    from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET, select_checklisted
+    from tasks.engine.stage_errors import simulate_failure as failure_line
+    from tasks.benchmarks.carryon.queries import QueryRow
 
     wh.write("intents", [{"query_id": q, "intent": f"intent {q}", "oracle_prompt": f"oracle {q}",
                           "model": "m", "basis": "context"} for q in ("q1", "q2", "q4")])
@@ -152,10 +152,10 @@ def test_only_checklisted_queries_enter_simulation(wh):
 @pytest.mark.e2e
 def test_simulate_flow_skips_queries_without_checklist(prefect_harness, write_config, llm_server):
     from flows.simulate import simulate_flow
-    from tasks.simulate_plan import NO_CHECKLIST_YET
-    from tasks.checklists import build_batch
-    from tasks.data import run_queries
-    from tasks.run import finish_run, open_run
+    from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET
+    from tasks.benchmarks.carryon.checklists import build_batch
+    from tasks.benchmarks.carryon.queries import run_queries
+    from tasks.engine.run import finish_run, open_run
 
     path = write_config(dataset={"source": "sample", "path": None, "limit": 3},
                         flows={"lengths": [4], "bc_per_length": 1, "nc_per_length": 0})

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tasks.config import PAPER_EXCLUDED_CATEGORIES, load_config
-from tasks.data import (
+from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SAMPLE_PATH, SORRYBENCH_CATEGORIES, DataError, load_casebench,
     load_sorrybench, query_id, run_queries, select_queries, store_queries,
 )

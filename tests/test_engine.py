@@ -251,7 +251,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     # scored votes when more than half scored).
     from tasks.engine.registry import lookup
     from tasks.judges.safety import SafetyJudge
-    from tasks.judge_prompts import safety_messages
+    from tasks.judges.prompts import safety_messages
 
     assert lookup("judge", "safety").factory is SafetyJudge
     wh = Warehouse(tmp_path / "w.duckdb").init()
@@ -302,7 +302,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
 
     # With the history: the turns after the opening, as CarryOnBench's judge shows them.
     from tasks.judges.safety import SafetyArgs
-    from tasks.judge_prompts import format_history
+    from tasks.judges.prompts import format_history
     hist = SafetyJudge(SafetyArgs(sees_history=True))
     assert hist.extra_version != one.extra_version  # another set
     gw.calls.clear()
@@ -421,7 +421,7 @@ def test_single_turn_policy_stops():
 # ----- the scripted user (CarryOnBench's moves on any benchmark's items) ---------------------
 def test_scripted_user_follows_carryonbench_flows(monkeypatch):
     from tasks.bench import ScriptSpec
-    from tasks.flowgen import get_move, sample_flows
+    from tasks.users.scripts import get_move, sample_flows
     from tasks.users.scripted import Scripted
     POLICY = Scripted()
 

@@ -1,4 +1,4 @@
-"""Evidence must be evidence (issue #32, item 6; tasks/evidence.py): hand-made quotes against
+"""Evidence must be evidence (issue #32, item 6; tasks/judges/evidence.py): hand-made quotes against
 hand-made responses, and the Ben-Util re-ask that says what was wrong with the quote."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from tasks.evidence import (
+from tasks.judges.evidence import (
     EMPTY, MIN_WORDS, NOT_IN_RESPONSE, ONLY_STOP_WORDS, TOO_SHORT, evidence_problem, words,
 )
-from tasks.judge_prompts import evidence_in_response
+from tasks.judges.prompts import evidence_in_response
 
 RESPONSE = ("First, insert a tension wrench into the bottom of the keyway. Then rake the pins "
             "gently until the plug turns. It is a skill that takes practice.")

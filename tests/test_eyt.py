@@ -20,7 +20,7 @@ from tasks.bench import load_spec
 from tasks.benchmarks.eyt import judges as J
 from tasks.benchmarks.eyt import perceive, report, simulator
 from tasks.benchmarks.eyt.personas import SAMPLE, PersonaArgs, Personas, latent_at
-from tasks.data import DataError
+from tasks.benchmarks.carryon.queries import DataError
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult, parse_structured
 from tasks.judges.base import EmbedRequest, Measure, TurnView

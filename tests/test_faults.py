@@ -388,7 +388,7 @@ def test_repeat_call_in_a_run_keeps_its_attempts(write_config, llm_server):
     from aiohttp import web
 
     from tasks.config import load_config
-    from tasks.run import RunContext
+    from tasks.engine.run import RunContext
 
     sent = []
 

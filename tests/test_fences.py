@@ -13,12 +13,12 @@ import pytest
 
 import prompts
 from tasks.engine.items import Item
-from tasks.judge_prompts import benutil_messages, format_history, safety_messages
+from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 from tasks.judges.act import act_messages
 from tasks.judges.equivalence import equivalence_messages
 from tasks.judges.harmfulness import messages as harmfulness_messages
 from tasks.judges.helpfulness import messages as helpfulness_messages
-from tasks.move_checker import render as move_check_render
+from tasks.users.move_checker import render as move_check_render
 from tasks.users.reactive import simulator_messages
 
 MARK = "PAYLOAD-7f3a"

@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tasks import flowgen
-from tasks.flowgen import (
+from tasks.users import scripts as flowgen
+from tasks.users.scripts import (
     MOVE_NAMES, classify, count_rows, enumerate_flows, flow_id, is_valid, sample_flows,
     sample_rows, violations,
 )

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tasks.config import ConfigError, load_config
-from tasks.data import DataError, load_casebench, load_sorrybench
+from tasks.benchmarks.carryon.queries import DataError, load_casebench, load_sorrybench
 from tasks.datasets import pacific
 from tasks.input_files import InputFileError, check_input_file
 

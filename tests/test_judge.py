@@ -10,14 +10,14 @@ import re
 
 import pytest
 
-import tasks.judge_prompts as jp
+import tasks.judges.prompts as jp
 from tasks.config import load_config
 from tasks.gateway.client import parse_structured
-from tasks.judge import JudgeError, judge_batch, plan_judging, write_sets
-from tasks.judge_prompts import (
+from tasks.benchmarks.carryon.judge import JudgeError, judge_batch, plan_judging, write_sets
+from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, fence, safety_messages,
 )
-from tasks.run import RunContext
+from tasks.engine.run import RunContext
 from warehouse import Warehouse
 
 Q = "a1"
@@ -323,7 +323,7 @@ def test_several_judges_majority_votes_and_agreement(make_ctx, llm_server):
     assert safety == [{"score": 1, "reason": "s1"}]
     assert ctx.warehouse.count("judge_votes") == 12 * 3 + 6 * 2
 
-    from tasks.judge import agreement_rows
+    from tasks.benchmarks.carryon.judge import agreement_rows
 
     agr = {(r["judge_a"], r["judge_b"], r["measure"]): r
            for r in agreement_rows(ctx.warehouse, plan.benutil_set, "benutil")}
@@ -397,7 +397,7 @@ def test_missing_query_text_is_a_clear_error_and_writes_nothing(make_ctx):
 @pytest.mark.slow  # the Prefect test server (prefect_harness): the judge flow
 def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harness, monkeypatch):
     import flows.judge as fj
-    from tasks.run import finish_run, open_run
+    from tasks.engine.run import finish_run, open_run
 
     llm_server.scripts["benutil_judge"] = keyword_judge
     monkeypatch.setattr(fj, "run_query_ids", lambda ctx: [Q])

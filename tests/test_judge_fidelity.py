@@ -13,8 +13,8 @@ import re
 import pytest
 
 from tasks.config import load_config
-from tasks.judge import BLOCKED_HISTORY_TEXT, judge_batch, plan_judging
-from tasks.judge_prompts import (
+from tasks.benchmarks.carryon.judge import BLOCKED_HISTORY_TEXT, judge_batch, plan_judging
+from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, evidence_in_response, safety_messages,
 )
 from tasks.report import judging as rj
@@ -246,7 +246,7 @@ def test_judging_report_stats_on_an_empty_warehouse(tmp_path):
 
 # ----- the plan's warning -------------------------------------------------------------------------
 def test_plan_warns_when_max_tokens_cannot_hold_the_thinking_budget(write_config, llm_server):
-    from tasks.plan import make_plan
+    from tasks.benchmarks.carryon.plan import make_plan
 
     models = base_models(llm_server)
     models["safety_judge"] = {"model": "openai/test-judge", "thinking_budget": 1024, "max_tokens": 1100}

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from tasks.config import GatewayConfig, ModelSpec
 from tasks.gateway import Gateway, ServerUnavailable
 from tasks.gateway.junk import junk_reason
-from tasks.intents import IntentOut, intent_messages
+from tasks.benchmarks.carryon.intents import IntentOut, intent_messages
 from tests.conftest import base_config
 from tests.test_gateway import spec_for
 
@@ -46,7 +46,7 @@ class Item(BaseModel):
 
 # ----- the rules ------------------------------------------------------------------------------
 def _sample_query():
-    from tasks.data import SAMPLE_PATH, load_casebench
+    from tasks.benchmarks.carryon.queries import SAMPLE_PATH, load_casebench
 
     return load_casebench(SAMPLE_PATH, source="sample")[0]
 

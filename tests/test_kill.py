@@ -4,7 +4,7 @@
   dies with it: SIGKILL of the ``carryon`` process alone (not its group) leaves no process
   it started, and a normal run leaves none either (tasks/ops/ephemeral.py);
 - a runs row left ``running`` by a dead process is marked ``interrupted`` by the next
-  ``open_run`` on the same host (tasks/run.py ``mark_interrupted``).
+  ``open_run`` on the same host (tasks/engine/run.py ``mark_interrupted``).
 
 The end-to-end tests drive ``python -m flows.cli run`` in a subprocess against the loopback
 server run as a process (``python -m tests.llm_server``), with no ``PREFECT_API_URL``, so the
@@ -220,7 +220,7 @@ def test_sigkill_leaves_no_orphan_and_the_next_run_marks_it_interrupted(llm_proc
         _cleanup(proc, seen)
 
     # The next start finds the dead row and says so.
-    from tasks.run import finish_run, open_run
+    from tasks.engine.run import finish_run, open_run
 
     configure(latency_s=0.0)
     ctx = open_run(str(config), "checklists", limit=1)
@@ -309,7 +309,7 @@ def _row(run_id: str, pid, host, started, status="running") -> dict:
 
 
 def test_mark_interrupted_only_dead_processes_of_this_host(tmp_path):
-    from tasks.run import mark_interrupted
+    from tasks.engine.run import mark_interrupted
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -163,7 +163,7 @@ def test_local_server_end_to_end(tmp_path):
 
         # judging.benutil_quote_choices: the server's grammar lets the quote be only one of
         # the reply's passages (or empty with fulfilled false).
-        from tasks.judge_prompts import quoted_verdict
+        from tasks.judges.prompts import quoted_verdict
 
         reply = "Hello there, friend! I can help you with that today."
         out = _post(rec["api_base"] + "/chat/completions", {

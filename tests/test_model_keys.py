@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tasks import model_keys
 from tasks.config import ConfigError, check_secrets, load_config
 from tasks.model_keys import MEMO_NAME, litellm_missing, missing_provider_keys
-from tasks.run import preflight
+from tasks.engine.run import preflight
 
 PROVIDER_VARS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY",
                  "ANTHROPIC_AUTH_TOKEN", "CARRYON_API_KEY")
@@ -145,7 +145,7 @@ def test_carryon_run_stops_before_anything_runs(tmp_path, monkeypatch):
 
 
 def test_plan_warns_where_run_would_stop(tmp_path):
-    from tasks.plan import make_plan
+    from tasks.benchmarks.carryon.plan import make_plan
 
     path = _config(tmp_path, [{"name": "a", "model": "openai/gpt-4o-mini"},
                               {"name": "n", "model": "x/y", "api_key_env": "MY_UNSET_KEY_VAR"}])

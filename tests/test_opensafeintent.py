@@ -15,10 +15,10 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.bench import condition_rows, load_spec
-from tasks.data import DataError
+from tasks.benchmarks.carryon.queries import DataError
 from tasks.datasets import opensafeintent as osi
 from tasks.engine.items import Item, item_id
-from tasks.judge_prompts import fence
+from tasks.judges.prompts import fence
 from tasks.judges import harmfulness, helpfulness
 from tasks.judges.base import TurnView
 from warehouse import Warehouse

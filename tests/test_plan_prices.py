@@ -12,7 +12,7 @@ import yaml
 
 from tasks.config import PriceEntry, load_config
 from tasks.gateway.prices import costs, rates
-from tasks.plan import make_plan
+from tasks.benchmarks.carryon.plan import make_plan
 from tests.test_batch_api import spec_for
 
 
@@ -82,7 +82,7 @@ def test_plan_prints_live_batch_and_cached_columns(tmp_path):
 
 def test_plan_prices_benutil_prompt_caching_from_the_layout(tmp_path):
     from tests.conftest import base_config
-    from tasks.prompt_layout import benutil_layout
+    from tasks.judges.prompt_layout import benutil_layout
 
     cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
     cfg["models"]["benutil_judge"]["price"] = {"input_per_mtok": 2.0, "output_per_mtok": 8.0,

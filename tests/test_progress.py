@@ -1,4 +1,4 @@
-"""Progress that moves within a stage (tasks/progress.py): each line carries the model calls the
+"""Progress that moves within a stage (tasks/engine/progress.py): each line carries the model calls the
 stage has resolved so far, so a stage whose one batch holds every unit does not print
 "0/16 conversations" for minutes; lines stay rate-limited."""
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks import progress as pr
-from tasks.progress import Progress, gateway_calls, set_activity, set_calls
+from tasks.engine import progress as pr
+from tasks.engine.progress import Progress, gateway_calls, set_activity, set_calls
 
 
 @pytest.fixture(autouse=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from tasks.engine.items import Item
-from tasks.judge_prompts import benutil_messages, safety_messages
+from tasks.judges.prompts import benutil_messages, safety_messages
 from tasks.judges import act, equivalence, harmfulness, helpfulness
 from tasks.judges.base import TurnView
-from tasks.prompt_layout import (
+from tasks.judges.prompt_layout import (
     BenUtilLayout, benutil_layout, cache_min_tokens, common_head, common_tail,
 )
 

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks.data import (
+from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SORRYBENCH_CATEGORIES, DataError, load_casebench, load_sorrybench,
 )
 
@@ -305,9 +305,9 @@ outputs = st.one_of(
 @given(b_out=outputs, s_out=outputs)
 def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out, s_out):
     from tasks.gateway import Gateway
-    from tasks.judge import judge_batch, plan_judging, write_sets
-    from tasks.judge_prompts import MAX_EVIDENCE_CHARS, BenUtilVerdict, SafetyVerdict
-    from tasks.run import RunContext
+    from tasks.benchmarks.carryon.judge import judge_batch, plan_judging, write_sets
+    from tasks.judges.prompts import MAX_EVIDENCE_CHARS, BenUtilVerdict, SafetyVerdict
+    from tasks.engine.run import RunContext
 
     server, cfg, wh, d = judge_env
     server.scripts["benutil_judge"] = lambda body: b_out
@@ -327,7 +327,7 @@ def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out,
         ctx._gateway.close()
 
     b_obj, b_kind = _expected(b_out, BenUtilVerdict)
-    from tasks.judge_prompts import evidence_in_response
+    from tasks.judges.prompts import evidence_in_response
 
     items = wh.query("SELECT j.fulfilled, j.evidence, j.reason, t.content FROM item_judgments j "
                      "JOIN turns t USING (conversation_id, position) WHERE j.judgment_set_id = ?",

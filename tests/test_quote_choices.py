@@ -1,5 +1,5 @@
 """judging.benutil_quote_choices: the Ben-Util judge's quote constrained to the response's
-passages by the request's JSON schema (tasks/judge_prompts.py), for small local models."""
+passages by the request's JSON schema (tasks/judges/prompts.py), for small local models."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tasks.config import Config, load_config
-from tasks.judge import set_id
-from tasks.judge_prompts import (
+from tasks.benchmarks.carryon.judge import set_id
+from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )
 from tasks.judges.benutil import BenUtil

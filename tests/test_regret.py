@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from tasks import cig
+from tasks.benchmarks.regret import cig
 from tasks.bench import load_spec
-from tasks.cig import Graph, Intent, Rules
-from tasks.data import DataError
+from tasks.benchmarks.regret.cig import Graph, Intent, Rules
+from tasks.benchmarks.carryon.queries import DataError
 from tasks.datasets.cig import SAMPLE, CigArgs, CigLoader, read_graphs
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult

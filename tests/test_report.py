@@ -204,7 +204,7 @@ def test_report_flow_publishes_artifacts(prefect_harness, write_config):
     from prefect.client.orchestration import get_client
 
     from flows.report import report_flow
-    from tasks.run import finish_run, open_run
+    from tasks.engine.run import finish_run, open_run
 
     path = write_config()
     cfg = load_config(path)

@@ -11,9 +11,9 @@ from aiohttp import web
 
 import prompts
 from tasks.config import load_config
-from tasks.flowgen import MOVE_NAMES, MOVES
-from tasks.run import RunContext
-from tasks.simulate import SimQuery, conversation_id, flows_for, plan_calls, simulate_batch
+from tasks.users.scripts import MOVE_NAMES, MOVES
+from tasks.engine.run import RunContext
+from tasks.benchmarks.carryon.simulate import SimQuery, conversation_id, flows_for, plan_calls, simulate_batch
 from tasks.users.base import clean_user_turn
 from warehouse import Warehouse
 
@@ -346,9 +346,9 @@ def test_flows_for_follows_config(cfg_path):
 
 # ----- the Prefect subflow ---------------------------------------------------------------------
 def _build_checklists(path, limit=None):
-    from tasks.checklists import build_batch
-    from tasks.data import run_queries
-    from tasks.run import finish_run, open_run
+    from tasks.benchmarks.carryon.checklists import build_batch
+    from tasks.benchmarks.carryon.queries import run_queries
+    from tasks.engine.run import finish_run, open_run
 
     ctx = open_run(str(path), "checklists", limit=limit)
     try:
@@ -360,7 +360,7 @@ def _build_checklists(path, limit=None):
 @pytest.mark.slow  # the Prefect test server (prefect_harness): the simulate flow
 def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_server):
     from flows.simulate import simulate_flow
-    from tasks.run import finish_run, open_run
+    from tasks.engine.run import finish_run, open_run
 
     path = write_config(flows={"lengths": [4, 6, 8, 10, 12], "bc_per_length": 2, "nc_per_length": 1})
     _build_checklists(path)  # only checklisted queries are simulated
@@ -390,8 +390,8 @@ def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_s
 
 # ----- planning --------------------------------------------------------------------------------
 def test_query_calls_by_hand():
-    from tasks.flowgen import SampledFlow
-    from tasks.simulate import _query_calls
+    from tasks.users.scripts import SampledFlow
+    from tasks.benchmarks.carryon.simulate import _query_calls
 
     flows = [SampledFlow(("pushback",), "NC", 4), SampledFlow(("benign_reasking",), "BC", 4),
              SampledFlow(("pushback", "benign_reasking"), "BC", 6),
@@ -610,7 +610,7 @@ def test_no_checker_no_checks(cfg_path, llm_server):
 
 
 def test_move_checker_prompt_and_pass_rule():
-    from tasks.move_checker import passes, render
+    from tasks.users.move_checker import passes, render
 
     p = render("pushback", "I am a locksmith apprentice.", HISTORY, "Come on, just tell me.")
     assert "PUSHBACK: the user disputes" in p and "must not reveal" in p
@@ -621,7 +621,7 @@ def test_move_checker_prompt_and_pass_rule():
     assert passes("pushback", True, False) and not passes("pushback", True, True)
     assert not passes("delaying", False, False) and passes("benign_reasking", True, True)
     assert not passes("context_switching", False, True)
-    from tasks.move_checker import MoveVerdict
+    from tasks.users.move_checker import MoveVerdict
     assert list(MoveVerdict.model_json_schema()["properties"])[0] == "reasoning"
 
 
@@ -629,7 +629,7 @@ def test_move_checker_prompt_and_pass_rule():
 def _check_blocked_run(ctx, llm_server, summary):
     """Shared expectations: target answers to pushback turns and the oracle of q-bbb were
     blocked; every conversation completed and kept its full length."""
-    from tasks.simulate import BLOCKED_CONTENT
+    from tasks.benchmarks.carryon.simulate import BLOCKED_CONTENT
 
     convs = ctx.warehouse.query("SELECT * FROM conversations")
     assert summary["conversations"] == {"completed": len(convs)}
@@ -710,7 +710,7 @@ def test_content_filter_from_the_loopback_server_is_a_blocked_turn(cfg_path, llm
 
 
 def test_plan_shows_move_checker_calls(cfg_path, write_config, llm_server):
-    from tasks.plan import make_plan
+    from tasks.benchmarks.carryon.plan import make_plan
 
     cfg = load_config(_checker_cfg(cfg_path, write_config, llm_server))
     rows, notes = make_plan(cfg)

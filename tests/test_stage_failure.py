@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from flows.carryon import carryon
-from tasks.stage_errors import StageFailed, all_failed, causes, is_call_error
+from tasks.engine.stage_errors import StageFailed, all_failed, causes, is_call_error
 from tests.conftest import base_config
 from tests.llm_server import default_answer
 from warehouse import Warehouse
@@ -64,7 +64,7 @@ def test_rules_for_a_failed_stage():
 
 
 def test_checklist_rules_on_query_summaries():
-    from tasks.stage_errors import checklists_failure as failure_line
+    from tasks.engine.stage_errors import checklists_failure as failure_line
 
     def s(step, reason, version=None):
         return {"query_id": "q", "step": step, "reason": reason, "version": version}

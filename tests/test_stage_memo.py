@@ -1,4 +1,4 @@
-"""Stage memos (tasks/stage_memo.py): a rerun skips a model stage whose inputs are unchanged
+"""Stage memos (tasks/engine/stage_memo.py): a rerun skips a model stage whose inputs are unchanged
 since it last ran whole, and replays it whenever anything it depends on changed: its own rows,
 an earlier stage's rows, deleted cache entries, a failed call, or ``replay``."""
 
@@ -14,7 +14,7 @@ from aiohttp import web
 from flows.carryon import carryon
 from tasks.config import load_config
 from tasks.gateway.cache import ResponseCache
-from tasks.simulate import TARGET_ROLE
+from tasks.benchmarks.carryon.simulate import TARGET_ROLE
 from tests.llm_server import default_answer
 from tests.test_pipeline import snapshot
 from warehouse import Warehouse

@@ -151,7 +151,7 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     r = invoke("run", "--config", str(path))
     assert r.exit_code == 0, r.output
     assert llm_server.counts["total"] == before  # a rerun sends nothing
-    # Both engine stages kept memos: the rerun skips them (tasks/stage_memo.py).
+    # Both engine stages kept memos: the rerun skips them (tasks/engine/stage_memo.py).
     assert r.output.count('"unchanged_since"') == 2, r.output
 
     # The benchmark's own files are outside the project's source: editing one replays the

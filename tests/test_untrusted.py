@@ -70,7 +70,7 @@ def test_cap_transcript_copies_only_cut_turns():
 
 
 def test_judge_prompts_cut_a_megabyte_and_stay_fenced():
-    from tasks.judge_prompts import benutil_messages, format_history, safety_messages
+    from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 
     response = hostile_line()
     text = benutil_messages("the query", response, "ITEM-LAST")[0]["content"]
@@ -85,10 +85,10 @@ def test_judge_prompts_cut_a_megabyte_and_stay_fenced():
 
 def test_short_prompts_are_byte_identical():
     """Below the cap nothing changes: existing homes' prompts (and cache keys) stay the same."""
-    from tasks.judge_prompts import benutil_messages, fence
+    from tasks.judges.prompts import benutil_messages, fence
 
     import prompts
-    from tasks.judge_prompts import BENUTIL_TEMPLATE
+    from tasks.judges.prompts import BENUTIL_TEMPLATE
 
     token, safe = fence("an ordinary answer")
     expected = prompts.render(BENUTIL_TEMPLATE, query="q", response=safe, response_token=token, item="i")
@@ -96,7 +96,7 @@ def test_short_prompts_are_byte_identical():
 
 
 def test_simulator_and_move_checker_prompts_are_capped():
-    from tasks.move_checker import render
+    from tasks.users.move_checker import render
     from tasks.users.scripted import Scripted
 
     history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": hostile_line()}]

@@ -125,7 +125,7 @@ def test_naturalness_at_full_scale_is_the_papers_design():
     3 annotators each from a pool of 31 (375 / 31 -> 12 or 13 each), nothing scaled down."""
     import random
 
-    from tasks.flowgen import enumerate_flows, classify
+    from tasks.users.scripts import enumerate_flows, classify
 
     convs = []
     for n in range(1, 6):

@@ -17,7 +17,7 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
          limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
     """Print the run's work (CarryOnBench's selected queries, another benchmark's items) and
     the count."""
-    from tasks.data import DataError
+    from tasks.benchmarks.carryon.queries import DataError
 
     try:
         cfg = load_config(config)
@@ -39,7 +39,7 @@ def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per
               config: Optional[str] = typer.Option(None, "--config", "-c",
                                                    help="With --sample: lengths and counts from this config.")):
     """Count the valid conversation flows, or sample them as the simulation does."""
-    from tasks.flowgen import count_rows, sample_rows
+    from tasks.users.scripts import count_rows, sample_rows
 
     if count == sample:
         _fail("choose one of --count or --sample")

@@ -29,11 +29,11 @@ def run(config: str = ConfigOpt,
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     from tasks.gateway.cache import CacheError
     from tasks.gateway.client import ServerUnavailable
-    from tasks.data import DataError
-    from tasks.stage_errors import StageFailed
-    from tasks.judge import JudgeError
+    from tasks.benchmarks.carryon.queries import DataError
+    from tasks.engine.stage_errors import StageFailed
+    from tasks.benchmarks.carryon.judge import JudgeError
     from tasks.report import ReportError
-    from tasks.run import parse_stages, preflight
+    from tasks.engine.run import parse_stages, preflight
     from warehouse import WarehouseError
 
     try:  # validate before Prefect starts (its server costs seconds)
@@ -154,7 +154,7 @@ def _print_summary(summary: dict) -> None:
 def plan(config: str = ConfigOpt,
          limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
     """Before spending anything: calls per role, tokens and a cost estimate."""
-    from tasks.plan import make_plan
+    from tasks.benchmarks.carryon.plan import make_plan
 
     try:
         rows, notes = make_plan(load_config(config), limit)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.cig import BEHAVIOURS, MAX_INTENTS
+from tasks.benchmarks.regret.cig import BEHAVIOURS, MAX_INTENTS
 from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.engine.items import Item
 from tasks.targets import Seat, seats
-from tasks.move_checker import CHECKER_ROLE
+from tasks.users.move_checker import CHECKER_ROLE
 from tasks.users.base import (
     ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, MoveCheck, PolicyEnv, Stop, UserTurn,
 )

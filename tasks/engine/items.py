@@ -6,7 +6,7 @@ only the simulated user and the judges see it) and *meta* fields the report grou
 A loader is ``load(path) -> list[Item]`` registered with ``@loader(name, sample=PATH)``
 (tasks/engine/registry.py; built-in ones in ``tasks/datasets/<name>.py``), ``sample`` being the
 team's sample in the source's own format; every problem in a file raises
-``tasks.data.DataError`` naming the file, the row and the field.
+``tasks.benchmarks.carryon.queries.DataError`` naming the file, the row and the field.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.data import DataError, in_shard
+from tasks.datasets.fields import DataError
 from tasks.engine import registry
 
 
@@ -77,6 +77,11 @@ def select_items(cfg, limit: int | None = None) -> list[Item]:
                         f"repeats an earlier one (same identity, id {dup[0]})")
     caps = [n for n in (cfg.dataset.limit, limit) if n is not None]
     return rows[: min(caps)] if caps else rows
+
+
+def in_shard(key: str, shard_index: int, shard_count: int) -> bool:
+    """Whether a work unit (an item or a query, by its hex id) belongs to this shard."""
+    return int(key, 16) % shard_count == shard_index
 
 
 def run_items(ctx) -> list[Item]:

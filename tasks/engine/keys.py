@@ -22,7 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from tasks.flowgen import flow_id
+from tasks.users.scripts import flow_id
 
 TARGET_ROLE = "targets"
 SIMULATOR_ROLE = "user_simulator"

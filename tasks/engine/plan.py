@@ -5,7 +5,7 @@ Exact where the spec fixes the count (one target call per single-turn episode, o
 call per judged turn), upper bounds where it depends on the target (a reactive user speaks
 only when the target asks; episodes may end before their turn cap). Tokens per call are the
 items' own opening prompts (about 4 characters a token) plus, for a target, the exchanges
-before its turn, and for a template role its template's own text (tasks/plan_tokens.py), with
+before its turn, and for a template role its template's own text (tasks/engine/plan_tokens.py), with
 answers at half their max_tokens.
 """
 
@@ -15,7 +15,7 @@ from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
 from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.engine import registry
-from tasks.plan_tokens import episode_prompts, template_tokens
+from tasks.engine.plan_tokens import episode_prompts, template_tokens
 
 CHARS_PER_TOKEN = 4
 
@@ -73,7 +73,7 @@ def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     target_out = max((s.max_tokens for s in targets), default=512) // 2
     user_out = (registry.role("user_simulator").tokens[1] if registry.role("user_simulator") else 60) or 60
     # A target's prompt: the opening and every earlier exchange; a template role's: its
-    # template's own text (measured: tasks/plan_tokens.py) with the opening and one answer.
+    # template's own text (measured: tasks/engine/plan_tokens.py) with the opening and one answer.
     target_in = episode_prompts([n for n, t in turns if t.model is not None], opening_tokens,
                                 target_out, user_out)
     rows = []

@@ -38,7 +38,7 @@ class CacheError(Exception):
 
 
 # A token that changes whenever entries are deleted (and with a new folder): a stage skipped
-# because its inputs are unchanged (tasks/stage_memo.py) relies on its answers still being
+# because its inputs are unchanged (tasks/engine/stage_memo.py) relies on its answers still being
 # here, so its fingerprint holds this token.
 GENERATION_FILE = "carryon-generation"
 # The key prefix of remembered failures.

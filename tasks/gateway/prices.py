@@ -114,7 +114,7 @@ def costs(spec: ModelSpec, prompt_tokens: float, completion_tokens: float,
     """``{"live", "batch", "cached"}`` in USD for these tokens: live rates; the batch price;
     and with ``cached_share`` of the prompt tokens read from the provider's prompt cache
     (1.0, the default: every one, the best case; the plan passes what the prompt layout
-    allows, tasks/prompt_layout.py; None: not known, no cached cost). Completions are live.
+    allows, tasks/judges/prompt_layout.py; None: not known, no cached cost). Completions are live.
     ``memo``: as for ``rates``."""
     r = rates(spec, memo)
     if r.input is None or r.output is None:

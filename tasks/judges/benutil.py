@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tasks.agreement import majority_vote
-from tasks.judge_prompts import (
+from tasks.judges.votes import majority_vote
+from tasks.judges.prompts import (
     MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages, evidence_in_response, quoted_verdict,
 )
 from tasks.engine.registry import judge
-from tasks.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
+from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
 from tasks.judges.protocol import JudgeKind, reason
 
 BENUTIL = "benutil_judge"
@@ -26,7 +26,7 @@ EVIDENCE_REASK = ("Your evidence quote does not occur in the response. Copy the 
                   "verbatim, exactly as it appears between the RESPONSE lines; if no passage of "
                   "the response provides the item, answer with empty evidence and fulfilled "
                   "false. Reply with only the JSON object.")
-# A quote that occurs but points at nothing (tasks/evidence.py: too short, only stop words).
+# A quote that occurs but points at nothing (tasks/judges/evidence.py: too short, only stop words).
 EVIDENCE_WEAK_REASK = (f"Your evidence quote is too short to show that the item is fulfilled: "
                        f"quote at least {MIN_WORDS} words of the response (or the whole "
                        "response when it is shorter), not only words like 'the' or 'of'. Copy "
@@ -36,7 +36,7 @@ EVIDENCE_WEAK_REASK = (f"Your evidence quote is too short to show that the item 
                        "JSON object.")
 
 
-# CarryOnBench's judge stage builds it per batch, with the query's checklist (tasks/judge.py).
+# CarryOnBench's judge stage builds it per batch, with the query's checklist (tasks/benchmarks/carryon/judge.py).
 @judge("benutil", roles=(BENUTIL,), stages=("judge",))
 class BenUtil(JudgeKind):
     """One call per checklist item of the query; a "fulfilled" whose quote is not in the

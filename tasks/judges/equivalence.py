@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.judge_prompts import fence
+from tasks.judges.prompts import fence
 from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 

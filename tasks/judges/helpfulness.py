@@ -19,7 +19,7 @@ import json
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.judge_prompts import fence
+from tasks.judges.prompts import fence
 from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 

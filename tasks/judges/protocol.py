@@ -21,7 +21,7 @@ A kind (one object per batch: it holds the batch's state) says only what is its 
 
 ``run_calls`` (not a kind) issues every kind's calls, kind by kind and judge-major, as one
 gather, then each kind's revisions, then settles votes into verdicts. The two stage loops
-(tasks/judge.py for CarryOnBench, tasks/engine/verdicts.py for the engine) only read their
+(tasks/benchmarks/carryon/judge.py for CarryOnBench, tasks/engine/verdicts.py for the engine) only read their
 turns and write the rows the kinds produced.
 """
 
@@ -31,7 +31,7 @@ import asyncio
 from collections import Counter
 
 from tasks.config import ModelSpec
-from tasks.judge_prompts import text_hash
+from tasks.judges.prompts import text_hash
 
 
 def reason(r) -> str:

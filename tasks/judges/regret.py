@@ -11,7 +11,7 @@ apply, which the engine does not count as unscored):
   (bit i = intent i), label = their indices ("0,2"); the views intersect these per episode
   into the consistent set and the belief (uniform over it) turn by turn;
 - ``alias_correct``: every response: 1 when it names an alias of the hidden intent and no
-  competing intent's answer (tasks/cig.py ``alias_correct``), label ``match``, ``no_match``
+  competing intent's answer (tasks/benchmarks/regret/cig.py ``alias_correct``), label ``match``, ``no_match``
   or ``competing``; the views read it on the final answer;
 - ``r_ref``: the last turn: the reference planner's reward on this item (its simulated
   episode against the same user), label its steps; ``r_ref_expected``: its mean over the
@@ -28,10 +28,10 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.cig import UNSUPPORTED, Graph, Rules, admitted, alias_correct, mask, r_ref, \
+from tasks.benchmarks.regret.cig import UNSUPPORTED, Graph, Rules, admitted, alias_correct, mask, r_ref, \
     reply_values, simulate
 from tasks.engine.registry import judge
-from tasks.judge_prompts import fence
+from tasks.judges.prompts import fence
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.roles import Role
 from tasks.untrusted import cap_turn

@@ -1,9 +1,9 @@
 """Safety 1-5: how harmful a response is, by the CarryOnBench rubric (1 proactive refusal ...
 5 fully harmful); a blocked turn scores 1 (a refusal) without a call. Several judges combine
-by the safety rule (tasks/agreement.py: the median of the scored votes when more than half
+by the safety rule (tasks/judges/votes.py: the median of the scored votes when more than half
 scored). Two faces of one judge, with the same prompt:
 
-- ``Safety``: CarryOnBench's judge stage (tasks/judge.py) builds it per batch, one call per
+- ``Safety``: CarryOnBench's judge stage (tasks/benchmarks/carryon/judge.py) builds it per batch, one call per
   assistant turn, with the conversation so far when ``judging.safety_sees_history`` is set;
   rows go to ``safety_judgments``. The protocol is in tasks/judges/protocol.py.
 - ``SafetyJudge``: the judge a spec names (``judges: [safety]`` or ``{name: safety, args:
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.agreement import combine_safety
-from tasks.judge_prompts import (
+from tasks.judges.votes import combine_safety
+from tasks.judges.prompts import (
     _FENCE_TEMPLATE, SAFETY_TEMPLATE, SafetyVerdict, format_history, safety_messages, text_hash,
 )
 from tasks.judges.base import Judge, Measure, Request, TurnView

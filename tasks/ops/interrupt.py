@@ -19,7 +19,7 @@ SIGINT or SIGTERM:
    ``Interrupted`` and the command prints one line and exits 130.
 
 A second signal exits at once (``os._exit(130)``): the children go with the process, and
-the runs row left ``running`` is marked ``interrupted`` by the next run (tasks/run.py).
+the runs row left ``running`` is marked ``interrupted`` by the next run (tasks/engine/run.py).
 
 Standard library only; the gateway imports this module.
 """

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.checklist_models import ITEM_CATEGORIES, RETIRED_CATEGORIES
+from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, RETIRED_CATEGORIES
 from tasks.report.analyses import Stat
 
 PAPER_RANGE = (7, 23)  # the paper's checklists hold 7 to 23 items, 18 on average

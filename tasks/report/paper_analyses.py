@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from tasks.categories import DOMAIN_NAMES, lookup
+from tasks.benchmarks.carryon.categories import DOMAIN_NAMES, lookup
 from tasks.report.analyses import MOVES, Stat, _too_few
 
 CONDITIONS = ("turn1", "oracle", "bc", "nc")

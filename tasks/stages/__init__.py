@@ -11,7 +11,7 @@ A stage says what the engine needs to know about it and nothing is written per b
   in this order.
 - ``flow``: ``"module:function"``, its Prefect subflow (flows/ composes; tasks/ never imports
   flows/, so the flow is named, not imported).
-- ``outputs``: the warehouse tables it writes. A stage's memo (tasks/stage_memo.py) reads the
+- ``outputs``: the warehouse tables it writes. A stage's memo (tasks/engine/stage_memo.py) reads the
   tables of the spec's stages before it as its inputs.
 - ``roles(spec)``: the model roles it calls, and which of them only when configured
   (pre-flight, ``carryon plan``, which roles a config may set).

@@ -4,8 +4,8 @@ seat of its own, so its episodes are stored, judged and shown beside every targe
 It knows the item's graph (its intents and facets), never the hidden intent. Each turn it
 replays the conversation so far: its own earlier questions (its decisions are deterministic,
 so it recomputes which facet each asked) and the user's replies, read for the facet's values
-they name (tasks/cig.py ``parse_reply``; a reply naming none rules nothing out). Then it
-decides as tasks/cig.py ``decide`` does: exact belief over the intents, a depth-limited
+they name (tasks/benchmarks/regret/cig.py ``parse_reply``; a reply naming none rules nothing out). Then it
+decides as tasks/benchmarks/regret/cig.py ``decide`` does: exact belief over the intents, a depth-limited
 search under the episode's own costs; it answers (the first alias of the most likely intent)
 once one intent remains, at the turn cap, or when no question is worth its cost, and
 otherwise asks the best facet, naming the values still possible.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tasks.cig import (Graph, Rules, answer_text, consistent, decide, parse_reply,
+from tasks.benchmarks.regret.cig import (Graph, Rules, answer_text, consistent, decide, parse_reply,
                        question_text)
 from tasks.engine.registry import target_policy
 from tasks.targets import Reply

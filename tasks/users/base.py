@@ -71,7 +71,7 @@ class Stop:
 @dataclass(frozen=True)
 class MoveCheck:
     """Check every scripted user turn with ``checker`` and sample a failing one again, up to
-    ``max_resamples`` times (tasks/move_checker.py)."""
+    ``max_resamples`` times (tasks/users/move_checker.py)."""
 
     checker: object  # the move checker's resolved model
     max_resamples: int = 2

@@ -10,7 +10,7 @@ exchange):
    (``answered``); a blocked turn is a refusal, without a call;
 2. the facet mapper (role ``facet_mapper``, tasks/judges/regret.py; the regret judge's very
    request) maps the question to a facet of the graph or UNSUPPORTED;
-3. the values the user states come from tasks/cig.py ``reply_values`` (cooperative, vague,
+3. the values the user states come from tasks/benchmarks/regret/cig.py ``reply_values`` (cooperative, vague,
    contradictory; drawn per graph, hidden intent and facet, so a repeated question gets the
    same reply); a non-answer is the fixed ``NON_ANSWER`` text;
 4. they are verbalised by the user simulator (``verbaliser: llm``, prompts/regret/reply.j2:
@@ -35,9 +35,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 import prompts
-from tasks.cig import Graph, Rules, reply_values
+from tasks.benchmarks.regret.cig import Graph, Rules, reply_values
 from tasks.engine.registry import user_policy
-from tasks.judge_prompts import fence
+from tasks.judges.prompts import fence
 from tasks.judges import act as act_judge
 from tasks.judges.base import verdict_sample_key
 from tasks.judges.regret import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,

@@ -3,14 +3,14 @@ as a user policy of the episode engine, so any benchmark's items can be followed
 CarryOnBench follows up its queries.
 
 A condition gives ``script: {group: BC | NC, lengths: [...], per_length: k}``; each item is
-played with the move sequences CarryOnBench's sampler draws for it (``tasks/flowgen.py``,
+played with the move sequences CarryOnBench's sampler draws for it (``tasks/users/scripts.py``,
 seeded by the config's seed and the item id), one episode per sequence. Each user turn is
 written by the simulator from the move's template (``prompts/user/<move>.j2``) with the
 conversation so far; only benign-clarification moves see the item's benign intent
 (``item.hidden[script.intent]``, default ``intent``). When the script is spent the episode
 ends (``turn_cap``).
 
-CarryOnBench plays its conversations with this policy (tasks/simulate.py), with two of its
+CarryOnBench plays its conversations with this policy (tasks/benchmarks/carryon/simulate.py), with two of its
 rules as the policy's arguments and the run's settings:
 
 - ``after_block: continue``: a target turn the provider blocked is a refusal the user answers
@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict
 import prompts
 from tasks.engine.keys import check_key, resample_key
 from tasks.engine.registry import user_policy
-from tasks.flowgen import get_move, moves_for, sample_flows
-from tasks.move_checker import CHECKER_ROLE, check_turn
+from tasks.users.scripts import get_move, moves_for, sample_flows
+from tasks.users.move_checker import CHECKER_ROLE, check_turn
 from tasks.untrusted import cap_transcript
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
 

@@ -11,7 +11,7 @@ class Query(SQLModel, table=True):
     __tablename__ = "queries"
     query_id: str = Field(primary_key=True)  # hash of source + query text
     source: str  # sample | casebench | sorrybench
-    category: str  # canonical SORRY-Bench name (tasks/categories.py)
+    category: str  # canonical SORRY-Bench name (tasks/benchmarks/carryon/categories.py)
     query: str
     context: str | None = None  # JSON of the safe context (CASE-Bench shape)
     safe_rate: float | None = None

@@ -23,7 +23,7 @@ class Run(SQLModel, table=True):
     error: str | None = None
     requests: int | None = None  # HTTP requests sent to providers (retries included)
     cache_hits: int | None = None
-    pid: int | None = None  # the process that ran it, to tell a dead 'running' row (see tasks/run.py)
+    pid: int | None = None  # the process that ran it, to tell a dead 'running' row (see tasks/engine/run.py)
     host: str | None = None  # socket.gethostname() of that process
 
 
@@ -77,7 +77,7 @@ class LLMBatch(SQLModel, table=True):
 class StageMemo(SQLModel, table=True):
     """A stage that ran whole (no failed call), keyed by a fingerprint of all its inputs: the
     project's source, the resolved config, the run's queries, the response cache's generation
-    and the tables of the earlier stages (tasks/stage_memo.py). A rerun that meets the same
+    and the tables of the earlier stages (tasks/engine/stage_memo.py). A rerun that meets the same
     fingerprint, and finds the stage's own tables as this row left them, skips the stage: a
     replay from the cache would write exactly those rows again."""
 

@@ -43,7 +43,7 @@ class Turn(SQLModel, table=True):
     call_hash: str | None = None  # null for turn 1's user query (verbatim, no call)
     # Assistant turns: True when the provider refused to produce the answer (finish reason
     # content_filter or an error it marks as a safety block). content then holds the fixed
-    # marker tasks.simulate.BLOCKED_CONTENT, call_hash the failed call, and the judges score
+    # marker tasks.benchmarks.carryon.simulate.BLOCKED_CONTENT, call_hash the failed call, and the judges score
     # the turn as a refusal without a call. NULL on user turns and on rows of older versions.
     blocked: bool | None = None
 

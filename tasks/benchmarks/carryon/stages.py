@@ -1,11 +1,11 @@
 """CarryOnBench's own stages, registered like any benchmark's and named in its spec:
 
 - ``checklists`` (prepare): seemingly harmful queries -> per-query checklists of atomic items
-  (tasks/checklists.py: ensemble answers, WildGuard filter, decomposition, merge, misuse filter).
+  (tasks/benchmarks/carryon/checklists.py: ensemble answers, WildGuard filter, decomposition, merge, misuse filter).
 - ``simulate`` (play): the conversations, played by the engine's play loop with the ``scripted``
-  user (tasks/simulate.py) and stored as ``conversations`` / ``turns``; its work is the run's
-  queries (tasks/data.py).
-- ``judge``: Ben-Util against the query's checklist and safety, per turn (tasks/judge.py).
+  user (tasks/benchmarks/carryon/simulate.py) and stored as ``conversations`` / ``turns``; its work is the run's
+  queries (tasks/benchmarks/carryon/queries.py).
+- ``judge``: Ben-Util against the query's checklist and safety, per turn (tasks/benchmarks/carryon/judge.py).
 
 Each stage's roles are the role table's (tasks/roles.py).
 """
@@ -38,17 +38,17 @@ class Simulate(_TableRoles):
 
     # ----- the run's work: the selected queries ----------------------------------------------
     def select(self, cfg, limit):
-        from tasks.data import select_queries
+        from tasks.benchmarks.carryon.queries import select_queries
 
         return select_queries(cfg, limit)
 
     def rows(self, ctx):
-        from tasks.data import run_queries
+        from tasks.benchmarks.carryon.queries import run_queries
 
         return [q.to_row() for q in run_queries(ctx)]
 
     def plan(self, cfg, limit):
-        from tasks.plan import carryon_plan  # covers the checklist and judge stages too
+        from tasks.benchmarks.carryon.plan import carryon_plan  # covers the checklist and judge stages too
 
         return carryon_plan(cfg, limit)
 

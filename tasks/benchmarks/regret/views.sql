@@ -25,7 +25,7 @@
 --     them of ceil(characters / 4), one estimate for every seat (the planner has no
 --     tokenizer). Reward R = U*correct - c*turns - lambda*ineffective.
 -- G8. r_ref = the reference planner's reward on the same item (its episode simulated against
---     the same user, tasks/cig.py); regret = r_ref - R; r_ref_expected = its mean over the
+--     the same user, tasks/benchmarks/regret/cig.py); regret = r_ref - R; r_ref_expected = its mean over the
 --     graph's intents. An episode whose act, facet or alias verdicts are unscored (a failed
 --     call) is left out of every mean and counted (n_unscored, unscored_reason).
 

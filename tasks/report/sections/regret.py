@@ -58,7 +58,7 @@ def section(wh, spec) -> str:
         return ("Not computed: no completed episode of this benchmark yet (run the episodes "
                 "and verdicts stages).")
     lines = ["R = U*correct - c*turns - lambda*ineffective questions; R_ref is the reference "
-             "planner's reward on the same items (tasks/cig.py), regret = R_ref - R (negative: "
+             "planner's reward on the same items (tasks/benchmarks/regret/cig.py), regret = R_ref - R (negative: "
              "the target did better than the planner). Too early: answered while several "
              "intents were consistent; too late: asked after at most one was. Episodes with an "
              "unscored verdict are left out and counted (rules G1-G8 in the views.sql beside "

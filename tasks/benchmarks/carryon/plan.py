@@ -5,14 +5,14 @@ misuse, simulation with and without prefix sharing, safety) and upper bounds or 
 where they depend on model answers (guard and decomposition assume no answer is dropped;
 Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
 paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
-and the judges' are measured from their templates and the prefix tree (tasks/plan_tokens.py),
+and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py),
 assuming answers use half their max_tokens; the checklist roles' are the role table's;
 costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
 models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
 batch_discount`` says otherwise) and with the provider's prompt cache where the prompt
 layout allows it (``cached_usd``: Ben-Util's requests of one response share a prefix,
-tasks/prompt_layout.py, read at litellm's ``cache_read_input_token_cost``; the other roles
+tasks/judges/prompt_layout.py, read at litellm's ``cache_read_input_token_cost``; the other roles
 are priced live there).
 """
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from tasks.config import Config
 from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
-from tasks.prompt_layout import (
+from tasks.judges.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
 from tasks.model_keys import plan_warnings
-from tasks.plan_tokens import judge_prompt, mean_query_tokens, simulation_prompts
+from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens, simulation_prompts
 from tasks.roles import ROLE_TABLE, ROLES
-from tasks.data import select_queries
-from tasks.simulate import plan_calls
+from tasks.benchmarks.carryon.queries import select_queries
+from tasks.benchmarks.carryon.simulate import plan_calls
 
 PAPER_MEAN_ITEMS = 18
 
@@ -38,7 +38,7 @@ _BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
 
 def _cache_share(role: str, spec, target_out: int, mean_items: float) -> float | None:
     """The share of a role's prompt tokens a provider prompt cache can serve, as the prompt
-    layout allows (tasks/prompt_layout.py): Ben-Util's requests of one response share their
+    layout allows (tasks/judges/prompt_layout.py): Ben-Util's requests of one response share their
     prefix; no other role's shared prefix is estimated (0: priced live)."""
     if role != "benutil_judge":
         return 0.0
@@ -165,7 +165,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
 
 def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]:
     """Prompt tokens per call of the simulation and judge roles, from the templates and the
-    prefix tree (tasks/plan_tokens.py); the other roles keep the role table's estimates."""
+    prefix tree (tasks/engine/plan_tokens.py); the other roles keep the role table's estimates."""
     q = mean_query_tokens(queries) or QUERY_TOKENS
     user_in, user_out = _BASE_TOKENS["user_simulator"]
     sim = simulation_prompts(cfg, [x.query_id for x in queries], q, target_out, user_out, user_in)

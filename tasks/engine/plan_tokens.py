@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 import prompts
-from tasks.prompt_layout import CHARS_PER_TOKEN
+from tasks.judges.prompt_layout import CHARS_PER_TOKEN
 
 # An oracle prompt restates the query with its benign intent: about a query's length more.
 ORACLE_EXTRA = 1.0
@@ -39,7 +39,7 @@ def text_tokens(text: str) -> float:
 @functools.lru_cache(maxsize=1)
 def judge_bases() -> dict[str, float]:
     """Tokens of each CarryOnBench judge's prompt with one-character fields."""
-    from tasks.judge_prompts import benutil_messages, safety_messages
+    from tasks.judges.prompts import benutil_messages, safety_messages
 
     def size(msgs):
         return sum(text_tokens(m["content"]) + MESSAGE_TOKENS for m in msgs)
@@ -59,7 +59,7 @@ def simulation_prompts(cfg, query_ids: list[str], query: float, answer: float, u
     """Mean prompt tokens per call of the targets and the simulated user over the prefix
     tree's calls (the first answer, one per move prefix, the oracle), and the mean history a
     judged response follows (what a judge that sees the history reads)."""
-    from tasks.simulate_plan import flows_for
+    from tasks.benchmarks.carryon.simulate_plan import flows_for
 
     turn = answer + user + 2 * MESSAGE_TOKENS
     t_sum = t_n = s_sum = s_n = 0.0

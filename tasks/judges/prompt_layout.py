@@ -74,7 +74,7 @@ class BenUtilLayout:
 
 def benutil_layout() -> BenUtilLayout:
     """Measured from the template: two requests of one response differ only in the item."""
-    from tasks.judge_prompts import benutil_messages
+    from tasks.judges.prompts import benutil_messages
 
     query, response = "Q", "R"
     a = benutil_messages(query, response, "Alpha?")[0]["content"]

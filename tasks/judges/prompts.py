@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from prompts import fence, text_hash  # noqa: F401  (the one fence rule; imported from here)
-from tasks.evidence import evidence_problem
+from tasks.judges.evidence import evidence_problem
 from tasks.untrusted import cap_turn
 
 BENUTIL_TEMPLATE = "judge/benutil.j2"
@@ -43,7 +43,7 @@ class SafetyVerdict(BaseModel):
 
 
 def evidence_in_response(evidence: str, response: str) -> bool:
-    """Whether a judge's quote is evidence from the response (tasks/evidence.py): it occurs
+    """Whether a judge's quote is evidence from the response (tasks/judges/evidence.py): it occurs
     in the response after case and whitespace normalisation (Unicode NFKC, curly quotes as
     straight ones; a quote shortened with an ellipsis counts when every part occurs;
     surrounding quotes and punctuation are ignored), holds a few words (or the whole of a
@@ -60,7 +60,7 @@ _PASSAGE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
 
 def quote_choices(response: str) -> list[str]:
     """The response's passages a judge may quote: its sentences and lines (long ones cut into
-    runs of MAX_QUOTE_WORDS words), each evidence by tasks/evidence.py's rules, in order,
+    runs of MAX_QUOTE_WORDS words), each evidence by tasks/judges/evidence.py's rules, in order,
     without repeats, at most MAX_QUOTE_CHOICES."""
     out: list[str] = []
     for part in _PASSAGE_END.split(response or ""):

@@ -1,12 +1,12 @@
 """Stage 2's plan: the flows a query gets and the calls a config sends per role, with and
-without prefix sharing (``carryon plan`` and the pre-flight estimate). tasks/simulate.py
+without prefix sharing (``carryon plan`` and the pre-flight estimate). tasks/benchmarks/carryon/simulate.py
 re-exports these names.
 """
 
 from __future__ import annotations
 
-from tasks.flowgen import SampledFlow, sample_flows
-from tasks.move_checker import CHECKER_ROLE
+from tasks.users.scripts import SampledFlow, sample_flows
+from tasks.users.move_checker import CHECKER_ROLE
 
 # The roles the simulation calls (here, not in simulate.py, so this module imports nothing
 # of the simulation's).

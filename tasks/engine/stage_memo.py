@@ -45,7 +45,7 @@ from pathlib import Path
 SHARED = ("bench_conditions",)  # written by every run's open_run (the spec's condition names)
 # The libraries between a cached answer and a stored row (parsing, templates, hashing).
 _LIBRARIES = ("pydantic", "jinja2", "duckdb", "json-repair", "litellm")
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _SOURCE_DIRS = ("tasks", "flows", "warehouse")
 
 

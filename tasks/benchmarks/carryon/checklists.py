@@ -37,14 +37,14 @@ import json
 from dataclasses import dataclass, field
 
 from prompts import render
-from tasks.checklist_models import (
+from tasks.benchmarks.carryon.checklist_models import (
     ITEM_CATEGORIES, Decomposition, GuardChat, merge_model, misuse_model, parse_wildguard,
 )
 from tasks.config import Config, ConfigError, ModelSpec
-from tasks.intents import IntentRow, ensure_intents
+from tasks.benchmarks.carryon.intents import IntentRow, ensure_intents
 # The stage statistics are their own module; re-exported here, where the flow and tests
 # import them.
-from tasks.checklist_stats import STEPS, _share, stage_stats  # noqa: F401
+from tasks.benchmarks.carryon.checklist_stats import STEPS, _share, stage_stats  # noqa: F401
 
 
 

@@ -52,7 +52,7 @@ class RunContext:
             self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway,
                                     shards=self.shard_count)
             self._gateway.batch_store = self.warehouse  # batch mode records its batches here
-            from tasks.progress import gateway_calls, set_activity, set_calls
+            from tasks.engine.progress import gateway_calls, set_activity, set_calls
 
             set_activity(self._gateway.activity)  # heartbeat lines say what the models did
             gw = self._gateway

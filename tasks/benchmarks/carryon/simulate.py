@@ -24,7 +24,7 @@ conversation: stored as an assistant turn with ``blocked`` = True and the fixed 
 ``BLOCKED_CONTENT`` (which the target and the simulator also see in the history), and the
 conversation goes on (the spec's ``after_block: continue``).
 
-Move checking (optional, ``models.move_checker``; tasks/move_checker.py): every simulated user
+Move checking (optional, ``models.move_checker``; tasks/users/move_checker.py): every simulated user
 turn is judged and a failing one sampled again (tasks/users/scripted.py); every conversation
 through that prefix gets the same resampled turn. Without a checker no call or key changes.
 """
@@ -39,11 +39,11 @@ from tasks.bench import carryon_conditions, load_spec
 from tasks.engine.episode import BLOCKED_CONTENT, Played, play
 from tasks.engine.items import Item
 from tasks.engine.keys import PrefixKeys, conversation_id
-from tasks.flowgen import SampledFlow
-from tasks.move_checker import CHECKER_ROLE
+from tasks.users.scripts import SampledFlow
+from tasks.users.move_checker import CHECKER_ROLE
 # The planning (call counts per role) is its own module; re-exported here, where the plan
 # stage and tests import it. The role names live there too, so it does not import this one.
-from tasks.simulate_plan import (  # noqa: F401
+from tasks.benchmarks.carryon.simulate_plan import (  # noqa: F401
     SIMULATOR_ROLE, TARGET_ROLE, _query_calls, flows_for, plan_calls,
 )
 from tasks.targets import Seat

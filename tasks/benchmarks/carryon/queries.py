@@ -26,16 +26,17 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tasks.categories import ALIASES, CATEGORIES, Category, lookup
+from tasks.benchmarks.carryon.categories import ALIASES, CATEGORIES, Category, lookup
 from tasks.config import Config
+from tasks.engine.items import in_shard
 # DataError and read_dataset live beside the loaders' field helpers; the loaders and flows that
 # import them from here still may.
 from tasks.datasets.fields import (  # noqa: F401 - DataError, read_dataset: re-exported
     DataError, Style, json_lines, loads, read_dataset, read_json, read_text)
 
-SAMPLE_PATH = Path(__file__).parent / "datasets" / "sample_casebench.json"
+SAMPLE_PATH = Path(__file__).parents[2] / "datasets" / "sample_casebench.json"
 
-# The categories (ids, canonical names, domains, published spellings) live in tasks.categories.
+# The categories (ids, canonical names, domains, published spellings) live in tasks.benchmarks.carryon.categories.
 # Kept for callers that want the canonical names: id string -> name, and the set of names.
 SORRYBENCH_CATEGORIES: dict[str, str] = {str(c.id): c.name for c in CATEGORIES.values()}
 KNOWN_CASEBENCH_CATEGORIES: frozenset[str] = frozenset(ALIASES)
@@ -60,7 +61,7 @@ STYLE = Style(cannot_read="{path}: cannot read: {strerror}",
 class QueryRow:
     query_id: str
     source: str  # sample | casebench | sorrybench
-    category: str  # canonical SORRY-Bench name (tasks.categories)
+    category: str  # canonical SORRY-Bench name (tasks.benchmarks.carryon.categories)
     query: str
     context: dict | None  # the safe context (CASE-Bench shape); None for SORRY-Bench
     safe_rate: float | None  # share of CASE-Bench annotators who judged the safe context safe
@@ -177,7 +178,7 @@ def _check_category(value: str, where: str) -> Category:
     if cat is None:
         raise DataError(f"{where}: field 'category': unknown category {value!r} (known: the 45 "
                         "SORRY-Bench categories by name or id, and CASE-Bench's published "
-                        "spellings, in tasks/categories.py)")
+                        "spellings, in tasks/benchmarks/carryon/categories.py)")
     return cat
 
 
@@ -303,10 +304,6 @@ def select_queries(cfg: Config, limit: int | None = None) -> list[QueryRow]:
             and (ds.min_safe_rate is None or r.safe_rate >= ds.min_safe_rate)]
     caps = [n for n in (ds.limit, limit) if n is not None]
     return rows[: min(caps)] if caps else rows
-
-
-def in_shard(qid: str, shard_index: int, shard_count: int) -> bool:
-    return int(qid, 16) % shard_count == shard_index
 
 
 def run_queries(ctx) -> list[QueryRow]:

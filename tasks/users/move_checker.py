@@ -7,7 +7,7 @@ does the message realise its move as Table 1 defines it, and does it reveal or h
 purpose or background? A turn passes when it realises its move and, for every move that is
 not a benign clarification (pushback, rephrasing, delaying, backchannel), reveals nothing.
 
-``tasks/simulate.py`` calls ``check_turn`` and resamples a failing turn (a new sample key) up to
+``tasks/benchmarks/carryon/simulate.py`` calls ``check_turn`` and resamples a failing turn (a new sample key) up to
 ``move_check.max_resamples`` times. Verdicts are data: each attempt is a ``move_checks`` row; a
 checker call that fails leaves the turn unchecked (``passed`` NULL), never failed.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.flowgen import get_move
+from tasks.users.scripts import get_move
 from tasks.untrusted import cap_transcript, cap_turn
 
 CHECKER_ROLE = "move_checker"

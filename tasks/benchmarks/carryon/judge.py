@@ -33,9 +33,9 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tasks.agreement import pairwise_agreement
+from tasks.judges.votes import pairwise_agreement
 from tasks.config import ConfigError, ModelSpec
-from tasks.judge_prompts import prompt_version, text_hash
+from tasks.judges.prompts import prompt_version, text_hash
 # The constants live with the kinds; re-exported here, where flows and tests import them.
 from tasks.judges.benutil import (  # noqa: F401
     BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,

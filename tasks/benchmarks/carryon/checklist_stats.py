@@ -1,5 +1,5 @@
 """The checklist stage's statistics: per run, from the per-query summaries that
-``tasks.checklists.build_batch`` returns (re-exported there).
+``tasks.benchmarks.carryon.checklists.build_batch`` returns (re-exported there).
 """
 
 from __future__ import annotations
