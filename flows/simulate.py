@@ -22,7 +22,7 @@ from tasks.users.move_checker import CHECKER_ROLE
 from tasks.engine.stage import run_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
-from tasks.benchmarks.carryon.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, flows_for, simulate_batch
+from tasks.benchmarks.carryon.simulate import SIMULATOR_ROLE, TARGET_ROLE, SimQuery, scripts_for, simulate_batch
 from tasks.benchmarks.carryon.simulate_plan import select_checklisted
 from tasks.engine.stage_errors import StageFailed, simulate_failure
 
@@ -52,7 +52,7 @@ async def simulate_flow(run_id: str) -> dict:
     queries = run_queries(ctx)
     ready, skipped, skipped_by_step = select_checklisted(ctx.warehouse, queries)
     before = _stats(ctx.gateway)
-    per_query = len(flows_for(cfg, "any")) + 1  # flows + oracle (the count is the same per query)
+    per_query = len(scripts_for(cfg, "any")) + 1  # flows + oracle (the count is the same per query)
     progress = Progress("simulate", len(ready) * len(targets) * per_query, unit="conversations")
     batches = [ready[i:i + BATCH_SIZE] for i in range(0, len(ready), BATCH_SIZE)]
     results = await run_batches(ctx, progress, batches, lambda b: simulate_batch_task(run_id, b),

@@ -18,7 +18,7 @@ from typing import Literal
 
 import yaml
 from pydantic import (
-    ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator,
+    AliasChoices, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator,
     model_validator,
 )
 
@@ -65,7 +65,7 @@ class DatasetConfig(_Strict):
         return self
 
 
-class FlowsConfig(_Strict):
+class ScriptsConfig(_Strict):
     lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12], min_length=1)
     bc_per_length: int = Field(2, ge=0, le=10_000)
     nc_per_length: int = Field(1, ge=0, le=10_000)
@@ -158,6 +158,7 @@ ModelsConfig = create_model(
 
 
 class Config(_Strict):
+    model_config = ConfigDict(**_Strict.model_config, serialize_by_alias=True)
     # The benchmark this config runs: tasks/benchmarks/<name>/spec.yaml by name, or a path to a spec YAML.
     benchmark: str = DEFAULT_BENCHMARK
     home: str = ".carryon"
@@ -166,7 +167,12 @@ class Config(_Strict):
     cache_dir: str | None = None
     seed: int = Field(0, ge=0, le=INT64_MAX)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
-    flows: FlowsConfig = Field(default_factory=FlowsConfig)
+    # The scripts (move sequences) the simulated user follows. `flows:` is read as the same key,
+    # and stays the stored name (config_json, the config hash, stage memos), so configs and
+    # homes from before the rename keep their run ids.
+    scripts: ScriptsConfig = Field(default_factory=ScriptsConfig,
+                                   validation_alias=AliasChoices("scripts", "flows"),
+                                   serialization_alias="flows")
     move_check: MoveCheckConfig = Field(default_factory=MoveCheckConfig)
     checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
     judging: JudgingConfig = Field(default_factory=JudgingConfig)

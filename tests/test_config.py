@@ -41,7 +41,20 @@ def test_issue_example_loads_with_defaults_merged(tmp_path):
     assert [s.model for s in cfg.role_specs("ensemble")] == ["openai/ens-1", "openai/ens-2", "openai/ens-3"]
     assert cfg.role_spec("targets").name == "target-a"
     assert cfg.role_spec("wildguard").mode == "chat"
-    assert cfg.dataset.limit == 3 and cfg.flows.lengths == [4, 6, 8, 10, 12]
+    assert cfg.dataset.limit == 3 and cfg.scripts.lengths == [4, 6, 8, 10, 12]
+
+
+def test_scripts_key_and_its_old_name_flows_are_one_key(tmp_path):
+    # `scripts:` is the key; `flows:` (its name before) reads the same and stays the stored
+    # name, so a config keeps its hash (and its run ids) whichever it uses.
+    old = load_config(_write(tmp_path, EXAMPLE))
+    new = load_config(_write(tmp_path, EXAMPLE.replace("flows: {lengths: [4, 6, 8, 10, 12]",
+                                                       "scripts: {lengths: [4, 6, 8, 10, 12]")))
+    assert new.scripts == old.scripts and new.config_hash() == old.config_hash()
+    assert "flows" in new.model_dump(mode="json") and "scripts" not in new.model_dump(mode="json")
+    both = EXAMPLE.replace("flows: {", "scripts: {lengths: [4]}\nflows: {", 1)
+    with pytest.raises(ConfigError, match="flows"):
+        load_config(_write(tmp_path, both))
 
 
 def test_shipped_configs_load():

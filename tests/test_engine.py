@@ -404,7 +404,7 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
         load_spec(str(f))
     f = tmp_path / "c3.yaml"
     f.write_text(base + bc + nc.replace("{group: NC}", "{group: NC, lengths: [4]}"))
-    with pytest.raises(SpecError, match=r"c3.yaml: .*script: lengths come from the config's flows"):
+    with pytest.raises(SpecError, match=r"c3.yaml: .*script: lengths come from the config's scripts"):
         load_spec(str(f))
     f = tmp_path / "c4.yaml"
     f.write_text(base + bc + nc + "  - {name: extra, prompt: query}\n")
@@ -421,7 +421,7 @@ def test_single_turn_policy_stops():
 # ----- the scripted user (CarryOnBench's moves on any benchmark's items) ---------------------
 def test_scripted_user_follows_carryonbench_flows(monkeypatch):
     from tasks.bench import ScriptSpec
-    from tasks.users.scripts import get_move, sample_flows
+    from tasks.users.scripts import get_move, sample_scripts
     from tasks.users.scripted import Scripted
     POLICY = Scripted()
 
@@ -430,7 +430,7 @@ def test_scripted_user_follows_carryonbench_flows(monkeypatch):
                          script=ScriptSpec(group="BC", lengths=[4, 6], per_length=1))
     plans = POLICY.plans(item, cond, seed=3)
     # The very flows CarryOnBench's sampler draws for this id and seed.
-    assert plans == [f.moves for f in sample_flows(3, "i2", [4, 6], 1, 0)]
+    assert plans == [f.moves for f in sample_scripts(3, "i2", [4, 6], 1, 0)]
     assert [len(p) for p in plans] == [1, 2]
 
     class Cfg:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tasks.config import load_config
 from tasks.benchmarks.carryon.plan import make_plan
 from tasks.benchmarks.carryon.queries import select_queries
-from tasks.benchmarks.carryon.simulate import flows_for, plan_calls
+from tasks.benchmarks.carryon.simulate import scripts_for, plan_calls
 
 FLOWS_Q1 = [("benign_reasking",), ("benign_justification",), ("pushback",),
             ("benign_justification", "rephrasing"), ("backchannel", "context_switching"),
@@ -38,7 +38,7 @@ def test_plan_counts_follow_the_pipeline_shape(write_config):
     #       bc, bc>reph = 7 -> 1 + 7 + 1 = 9 target calls, 7 simulator calls.
     # 19 target calls, 15 simulator calls (without sharing: 32, and (3 x 1 + 3 x 2) moves per
     # query x 2 queries = 18 simulator calls).
-    flows = {qid: [f.moves for f in flows_for(cfg, qid)] for qid in qids(cfg)}
+    flows = {qid: [f.moves for f in scripts_for(cfg, qid)] for qid in qids(cfg)}
     assert sorted(flows.values()) == sorted([FLOWS_Q1, FLOWS_Q2])
     # The same count, from the sampled flows, counted here independently of plan_calls.
     prefixes = sum(len({m[:k] for m in fl for k in range(1, len(m) + 1)}) for fl in flows.values())

@@ -13,7 +13,7 @@ import prompts
 from tasks.config import load_config
 from tasks.users.scripts import MOVE_NAMES, MOVES
 from tasks.engine.run import RunContext
-from tasks.benchmarks.carryon.simulate import SimQuery, conversation_id, flows_for, plan_calls, simulate_batch
+from tasks.benchmarks.carryon.simulate import SimQuery, conversation_id, scripts_for, plan_calls, simulate_batch
 from tasks.users.base import clean_user_turn
 from warehouse import Warehouse
 
@@ -318,8 +318,8 @@ def test_conversation_ids_are_stable_and_distinct():
 
 def test_flows_for_follows_config(cfg_path):
     cfg = load_config(cfg_path())
-    flows = flows_for(cfg, "q-aaa")
-    assert len(flows) == 15 and flows == flows_for(cfg, "q-aaa")
+    flows = scripts_for(cfg, "q-aaa")
+    assert len(flows) == 15 and flows == scripts_for(cfg, "q-aaa")
     # Plain data: the flows survive a JSON round trip exactly (a Prefect parameter / artifact).
     data = json.loads(json.dumps([{"condition": f.condition, "length": f.length, "moves": f.moves}
                                   for f in flows]))
@@ -390,12 +390,12 @@ def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_s
 
 # ----- planning --------------------------------------------------------------------------------
 def test_query_calls_by_hand():
-    from tasks.users.scripts import SampledFlow
+    from tasks.users.scripts import SampledScript
     from tasks.benchmarks.carryon.simulate import _query_calls
 
-    flows = [SampledFlow(("pushback",), "NC", 4), SampledFlow(("benign_reasking",), "BC", 4),
-             SampledFlow(("pushback", "benign_reasking"), "BC", 6),
-             SampledFlow(("pushback", "rephrasing"), "NC", 6)]
+    flows = [SampledScript(("pushback",), "NC", 4), SampledScript(("benign_reasking",), "BC", 4),
+             SampledScript(("pushback", "benign_reasking"), "BC", 6),
+             SampledScript(("pushback", "rephrasing"), "NC", 6)]
     c = _query_calls(flows)
     # Without sharing: 4 first answers + 6 follow-up answers; 6 simulator turns.
     assert c["without"] == {"targets": 10, "user_simulator": 6}

@@ -125,11 +125,11 @@ def test_naturalness_at_full_scale_is_the_papers_design():
     3 annotators each from a pool of 31 (375 / 31 -> 12 or 13 each), nothing scaled down."""
     import random
 
-    from tasks.users.scripts import enumerate_flows, classify
+    from tasks.users.scripts import enumerate_scripts, classify
 
     convs = []
     for n in range(1, 6):
-        for k, f in enumerate(enumerate_flows(n)):
+        for k, f in enumerate(enumerate_scripts(n)):
             for t in ("t1", "t2", "t3"):
                 convs.append({"conversation_id": f"{t}-{n}-{k}", "target": t, "query_id": "q", "flow_id": ">".join(f),
                               "condition": classify(f), "length": 2 + 2 * n})

@@ -32,13 +32,14 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
     typer.echo(count)
 
 
-def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per number of moves."),
-              sample: bool = typer.Option(False, "--sample", help="Print sampled flows as JSON lines."),
-              queries: int = typer.Option(1, help="With --sample: how many queries."),
-              seed: int = typer.Option(0, help="With --sample: the seed."),
-              config: Optional[str] = typer.Option(None, "--config", "-c",
-                                                   help="With --sample: lengths and counts from this config.")):
-    """Count the valid conversation flows, or sample them as the simulation does."""
+def scripts_cmd(count: bool = typer.Option(False, "--count", help="Valid scripts per number of moves."),
+                sample: bool = typer.Option(False, "--sample", help="Print sampled scripts as JSON lines."),
+                queries: int = typer.Option(1, help="With --sample: how many queries."),
+                seed: int = typer.Option(0, help="With --sample: the seed."),
+                config: Optional[str] = typer.Option(None, "--config", "-c",
+                                                     help="With --sample: lengths and counts from this config.")):
+    """Count the valid scripts (the simulated user's move sequences), or sample them as the
+    simulation does."""
     from tasks.users.scripts import count_rows, sample_rows
 
     if count == sample:
@@ -47,7 +48,7 @@ def flows_cmd(count: bool = typer.Option(False, "--count", help="Valid flows per
         _print_table(count_rows())
         return
     try:
-        fcfg = load_config(config).flows if config else None
+        fcfg = load_config(config).scripts if config else None
     except ConfigError as e:
         _fail(str(e))
     for row in sample_rows(queries, seed, fcfg):

@@ -53,7 +53,9 @@ def sample(kind: str = typer.Option(..., "--kind", help="naturalness | benutil |
            config: str = ConfigOpt,
            seed: int = typer.Option(0, help="The sampling seed (same seed, same sample)."),
            annotators: int = typer.Option(3, help="Annotators per unit."),
-           flows_per_length: int = typer.Option(30, help="naturalness: flows per length > 4."),
+           scripts_per_length: int = typer.Option(
+               30, "--scripts-per-length", "--flows-per-length",
+               help="naturalness: scripts per length > 4."),
            per_annotator: int = typer.Option(12, help="naturalness: conversations per annotator (about)."),
            pairs: int = typer.Option(25, help="benutil: conversation pairs."),
            per_score: int = typer.Option(20, help="safety: model turns per judge score 1..5.")):
@@ -63,7 +65,7 @@ def sample(kind: str = typer.Option(..., "--kind", help="naturalness | benutil |
 
     wh = _warehouse(config)
     try:
-        res = draw_sample(wh, kind, seed, annotators, flows_per_length=flows_per_length,
+        res = draw_sample(wh, kind, seed, annotators, scripts_per_length=scripts_per_length,
                           per_annotator=per_annotator, pairs=pairs, per_score=per_score)
     except ValidationError as e:
         _fail(str(e))

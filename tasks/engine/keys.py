@@ -35,9 +35,9 @@ def _hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
 
-def conversation_id(target: str, query_id: str, flow: str) -> str:
-    """A CarryOnBench conversation's id: (target, query, its flow id or ``oracle``)."""
-    return _hash("conversation", target, query_id, flow)[:32]
+def conversation_id(target: str, query_id: str, script: str) -> str:
+    """A CarryOnBench conversation's id: (target, query, its script's id (``flow_id``) or ``oracle``)."""
+    return _hash("conversation", target, query_id, script)[:32]
 
 
 def prefix_sample_key(role: str, target: str, query_id: str, prefix) -> str:

@@ -9,7 +9,7 @@ the judges' templates had grown (Ben-Util's fixed text is ~530 tokens, safety's 
 - a judge's prompt is its template rendered with one-character fields (measured, so a
   template edit moves the plan with it), plus the query, the judged response and the item;
 - a target's or simulated user's prompt is the query plus the turns before it, summed over
-  the calls the prefix tree actually makes (the same flows ``plan_calls`` counts);
+  the calls the prefix tree actually makes (the same scripts ``plan_calls`` counts);
 - a query's length is the selected queries' own (characters / 4), not a constant.
 
 Answers are assumed to use half their ``max_tokens`` (the plan's stated assumption); with
@@ -59,12 +59,12 @@ def simulation_prompts(cfg, query_ids: list[str], query: float, answer: float, u
     """Mean prompt tokens per call of the targets and the simulated user over the prefix
     tree's calls (the first answer, one per move prefix, the oracle), and the mean history a
     judged response follows (what a judge that sees the history reads)."""
-    from tasks.benchmarks.carryon.simulate_plan import flows_for
+    from tasks.benchmarks.carryon.simulate_plan import scripts_for
 
     turn = answer + user + 2 * MESSAGE_TOKENS
     t_sum = t_n = s_sum = s_n = 0.0
     for qid in query_ids:
-        prefixes = {tuple(f.moves[:k]) for f in flows_for(cfg, qid)
+        prefixes = {tuple(f.moves[:k]) for f in scripts_for(cfg, qid)
                     for k in range(1, f.n_moves + 1)}
         depths = [len(p) for p in prefixes]
         # the first answer (no history), one call per prefix, the oracle

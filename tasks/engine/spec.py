@@ -32,11 +32,11 @@ class _Strict(BaseModel):
 
 
 class ScriptSpec(_Strict):
-    """Scripted flows (CarryOnBench's moves) for the ``scripted`` user: per conversation
+    """Scripts (CarryOnBench's move sequences) for the ``scripted`` user: per conversation
     length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
 
     group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
-    # In CarryOnBench (engine carryon) the lengths and counts are the config's `flows:`
+    # In CarryOnBench the lengths and counts are the config's `scripts:`
     # section, so a carryon spec must leave these two unset.
     lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
     per_length: int = Field(1, ge=1, le=100)
@@ -84,7 +84,7 @@ class ConditionSpec(_Strict):
     user: str = "single_turn"  # a registered user policy (tasks/users/<name>.py built in)
     user_args: dict = Field(default_factory=dict)  # its arguments (`user: {name, args}`)
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
-    script: ScriptSpec | None = None  # the scripted user's flows
+    script: ScriptSpec | None = None  # the scripted user's scripts
     description: str = ""
 
     @model_validator(mode="before")
@@ -98,9 +98,9 @@ class ConditionSpec(_Strict):
 
 @dataclass(frozen=True)
 class CarryOnConditions:
-    """CarryOnBench's conditions as its spec names them: the scripted flows with benign
+    """CarryOnBench's conditions as its spec names them: the scripts with benign
     clarification (group BC), those without (NC), and the oracle (the ``oracle`` prompt, one
-    turn). Flows of both groups share prefixes, so both use the ``scripted`` user with the
+    turn). Scripts of both groups share prefixes, so both use the ``scripted`` user with the
     same intent key; the stored condition of a conversation is the spec's name."""
 
     bc: str
@@ -119,7 +119,7 @@ class CarryOnConditions:
                 set_ = sorted(c.script.model_fields_set & {"lengths", "per_length"})
                 if set_:
                     raise ValueError(f"conditions[{c.name}].script: {', '.join(set_)} come from "
-                                     "the config's flows section in CarryOnBench; leave unset")
+                                     "the config's scripts section in CarryOnBench; leave unset")
                 by_group.setdefault(c.script.group, []).append(c)
             elif c.prompt == "oracle" and c.user == "single_turn" and c.max_turns == 1:
                 oracle.append(c)
@@ -133,7 +133,7 @@ class CarryOnConditions:
                 f"(prompt: oracle, user: single_turn, max_turns: 1); got {[c.name for c in conditions]}")
         bc, nc = by_group["BC"][0], by_group["NC"][0]
         if bc.script.intent != nc.script.intent:
-            raise ValueError("conditions: BC and NC flows share prefixes, so their "
+            raise ValueError("conditions: BC and NC scripts share prefixes, so their "
                              "script.intent must be the same")
         return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
 

@@ -47,7 +47,7 @@ def messages(prompt: str, response: str) -> list[dict]:
 class HarmfulnessJudge(Judge):
     def wants(self, turn: TurnView) -> bool:
         # The answer to the opening prompt, and an episode's last answer (the same turn in a
-        # single-turn episode; a follow-up flow's first and final responses otherwise).
+        # single-turn episode; a follow-up script's first and final responses otherwise).
         return turn.is_last or turn.model_turn == 1
 
     def request(self, turn: TurnView) -> Request | None:

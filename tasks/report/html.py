@@ -233,7 +233,7 @@ def render(rep, browser: dict) -> str:
     body.append('<h2>Conversations</h2><section id="browser"><div class="controls">'
                 '<label>Target <select id="sel-target"></select></label>'
                 '<label>Query <select id="sel-query"></select></label>'
-                '<label>Flow <select id="sel-flow"></select></label></div>')
+                '<label>Script <select id="sel-flow"></select></label></div>')
     if browser.get("truncated"):
         body.append(f'<p class="note">Only the first {browser["max_conversations"]} conversations are '
                     "included in this page; query the warehouse for the rest.</p>")

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 import prompts
 from tasks.engine.keys import check_key, resample_key
 from tasks.engine.registry import user_policy
-from tasks.users.scripts import get_move, moves_for, sample_flows
+from tasks.users.scripts import get_move, moves_for, sample_scripts
 from tasks.users.move_checker import CHECKER_ROLE, check_turn
 from tasks.untrusted import cap_transcript
 from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
@@ -62,10 +62,10 @@ class Scripted:
         s = condition.script
         if s is None:
             raise ValueError(f"condition {condition.name}: the scripted user needs a script")
-        flows = sample_flows(seed, item.item_id, s.lengths,
+        scripts = sample_scripts(seed, item.item_id, s.lengths,
                              bc_per_length=s.per_length if s.group == "BC" else 0,
                              nc_per_length=s.per_length if s.group == "NC" else 0)
-        return [f.moves for f in flows]
+        return [f.moves for f in scripts]
 
     async def next(self, env, state):
         k = state.model_turns - 1  # the k-th follow-up move (turn 1 is the item's prompt)

@@ -1,12 +1,12 @@
-"""Conversation flows: the seven user moves, the four constraints, enumeration and sampling.
+"""Conversation scripts: the seven user moves, the four constraints, enumeration and sampling.
 
-A flow is the sequence of follow-up moves after the initial query (moves as the paper's
+A script is the sequence of follow-up moves after the initial query (moves as the paper's
 Table 1 defines them). A conversation of ``n`` moves has ``2 + 2n`` turns counting both sides,
 so the lengths 4..12 are 1..5 moves.
-Flows are deterministic data; only the wording of each user turn is sampled (by the simulator).
+Scripts are deterministic data; only the wording of each user turn is sampled (by the simulator).
 
 Sampling is seeded per (seed, query key, length) with a stable hash (never Python's ``hash()``,
-which is salted per process), so adding or removing queries never changes another query's flows.
+which is salted per process), so adding or removing queries never changes another query's scripts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-log = logging.getLogger("carryon.flowgen")
+log = logging.getLogger("carryon.scripts")
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,14 @@ def moves_for(length: int) -> int:
 
 
 def violations(moves) -> list[str]:
-    """The constraints a move sequence breaks, each named; empty for a valid flow."""
+    """The constraints a move sequence breaks, each named; empty for a valid script."""
     moves = list(moves)
     unknown = [m for m in moves if m not in _BY_NAME]
     if unknown:
         return [f"unknown move(s) {unknown}"]
     out = []
     if not moves:
-        return ["a flow has at least one move"]
+        return ["a script has at least one move"]
     nc = [not _BY_NAME[m].contentful for m in moves]
     if nc[-1]:
         out.append("1: the last move must be contentful")
@@ -101,7 +101,7 @@ def is_valid(moves) -> bool:
 
 
 def classify(moves) -> str:
-    """BC if the flow holds at least one benign-clarification move, else NC."""
+    """BC if the script holds at least one benign-clarification move, else NC."""
     return "BC" if any(_BY_NAME[m].group == "BC" for m in moves) else "NC"
 
 
@@ -110,18 +110,18 @@ def flow_id(moves) -> str:
 
 
 @lru_cache(maxsize=None)
-def enumerate_flows(n_moves: int) -> tuple[tuple[str, ...], ...]:
-    """Every valid flow of ``n_moves`` moves, in a fixed (lexicographic by MOVES order) order."""
+def enumerate_scripts(n_moves: int) -> tuple[tuple[str, ...], ...]:
+    """Every valid script of ``n_moves`` moves, in a fixed (lexicographic by MOVES order) order."""
     return tuple(f for f in itertools.product(MOVE_NAMES, repeat=n_moves) if is_valid(f))
 
 
 @lru_cache(maxsize=None)
 def _pool(n_moves: int, condition: str) -> tuple[tuple[str, ...], ...]:
-    return tuple(f for f in enumerate_flows(n_moves) if classify(f) == condition)
+    return tuple(f for f in enumerate_scripts(n_moves) if classify(f) == condition)
 
 
 @dataclass(frozen=True)
-class SampledFlow:
+class SampledScript:
     moves: tuple[str, ...]
     condition: str  # BC | NC
     length: int  # turns of both sides
@@ -140,28 +140,28 @@ def _rng(seed: int, query_key: str, length: int) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def sample_flows(seed: int, query_id, lengths=DEFAULT_LENGTHS, bc_per_length: int = 2,
-                 nc_per_length: int = 1) -> list[SampledFlow]:
-    """For each length, ``bc_per_length`` BC and ``nc_per_length`` NC flows drawn uniformly
-    without replacement from the valid flows of that class and number of moves.
+def sample_scripts(seed: int, query_id, lengths=DEFAULT_LENGTHS, bc_per_length: int = 2,
+                 nc_per_length: int = 1) -> list[SampledScript]:
+    """For each length, ``bc_per_length`` BC and ``nc_per_length`` NC scripts drawn uniformly
+    without replacement from the valid scripts of that class and number of moves.
 
-    When a class has fewer valid flows than asked, all are taken and a warning says so."""
-    out: list[SampledFlow] = []
+    When a class has fewer valid scripts than asked, all are taken and a warning says so."""
+    out: list[SampledScript] = []
     for length in lengths:
         n = moves_for(length)
         rng = _rng(seed, str(query_id), length)
         for condition, k in (("BC", bc_per_length), ("NC", nc_per_length)):
             pool = _pool(n, condition)
             if k > len(pool):
-                log.warning("only %d valid %s flows of %d moves, %d asked: taking all",
+                log.warning("only %d valid %s scripts of %d moves, %d asked: taking all",
                             len(pool), condition, n, k)
                 k = len(pool)
-            out.extend(SampledFlow(f, condition, length) for f in rng.sample(pool, k))
+            out.extend(SampledScript(f, condition, length) for f in rng.sample(pool, k))
     return out
 
 
 def count_rows() -> list[dict]:
-    """For ``carryon flows --count``: valid flows per number of moves (total, BC, NC)."""
+    """For ``carryon scripts --count``: valid scripts per number of moves (total, BC, NC)."""
     rows = []
     for n in range(MIN_MOVES, MAX_MOVES + 1):
         bc = len(_pool(n, "BC"))
@@ -170,17 +170,17 @@ def count_rows() -> list[dict]:
     return rows
 
 
-def sample_rows(n_queries: int, seed: int, flows_cfg=None) -> list[dict]:
-    """For ``carryon flows --sample``: one dict per sampled flow of queries 0..n-1.
+def sample_rows(n_queries: int, seed: int, scripts_cfg=None) -> list[dict]:
+    """For ``carryon scripts --sample``: one dict per sampled script of queries 0..n-1.
 
-    Without real query ids the query *index* (as a string) is the query key, so these flows
-    show the sampler's behaviour but are not the flows a run draws for its hashed query ids."""
-    lengths = tuple(flows_cfg.lengths) if flows_cfg is not None else DEFAULT_LENGTHS
-    bc = flows_cfg.bc_per_length if flows_cfg is not None else 2
-    nc = flows_cfg.nc_per_length if flows_cfg is not None else 1
+    Without real query ids the query *index* (as a string) is the query key, so these scripts
+    show the sampler's behaviour but are not the scripts a run draws for its hashed query ids."""
+    lengths = tuple(scripts_cfg.lengths) if scripts_cfg is not None else DEFAULT_LENGTHS
+    bc = scripts_cfg.bc_per_length if scripts_cfg is not None else 2
+    nc = scripts_cfg.nc_per_length if scripts_cfg is not None else 1
     rows = []
     for i in range(n_queries):
-        for f in sample_flows(seed, str(i), lengths, bc, nc):
+        for f in sample_scripts(seed, str(i), lengths, bc, nc):
             rows.append({"query_index": i, "length": f.length, "condition": f.condition,
                          "moves": list(f.moves)})
     return rows

@@ -1,15 +1,15 @@
 """Stratified, seeded samples for human validation, stored in the warehouse.
 
-naturalness (App. A.4): every distinct 4-turn flow plus ``flows_per_length`` (30) flows per
+naturalness (App. A.4): every distinct 4-turn script plus ``scripts_per_length`` (30) scripts per
 longer length, split 2:1 BC:NC as the simulation allocates them (a class with too few
-distinct flows leaves its share to the other); one completed conversation
-per flow, the target chosen round-robin; ``n_annotators`` (3) annotators per conversation from
+distinct scripts leaves its share to the other); one completed conversation
+per script, the target chosen round-robin; ``n_annotators`` (3) annotators per conversation from
 a pool sized so each annotator gets about ``per_annotator`` (12, i.e. 11-13) conversations,
-balanced by length, shuffled within each assignment. With fewer flows than that in the run,
+balanced by length, shuffled within each assignment. With fewer scripts than that in the run,
 everything available is taken and the notes say so.
 
 benutil (B.3.1): ``pairs`` (25) pairs of completed conversations that start from the same query
-and differ in length, flow (moves) and target; at most one pair per query while queries last.
+and differ in length, script (moves) and target; at most one pair per query while queries last.
 Every annotator labels every pair.
 
 safety (B.1): assistant turns stratified by the judge's score 1..5, ``per_score`` (20) turns per
@@ -45,46 +45,46 @@ def _annotator(i: int) -> str:
     return f"a{i + 1:02d}"
 
 
-def draw_naturalness(convs: list[dict], rng: random.Random, flows_per_length: int = 30
+def draw_naturalness(convs: list[dict], rng: random.Random, scripts_per_length: int = 30
                      ) -> tuple[list[dict], list[str]]:
     notes: list[str] = []
-    flows: dict[int, dict[str, list[str]]] = defaultdict(lambda: {"BC": [], "NC": []})
-    by_flow: dict[tuple, list[dict]] = defaultdict(list)
+    scripts: dict[int, dict[str, list[str]]] = defaultdict(lambda: {"BC": [], "NC": []})
+    by_script: dict[tuple, list[dict]] = defaultdict(list)
     for c in convs:
         key = (c["length"], c["condition"], c["flow_id"])
-        if not by_flow[key]:
-            flows[c["length"]][c["condition"]].append(c["flow_id"])
-        by_flow[key].append(c)
+        if not by_script[key]:
+            scripts[c["length"]][c["condition"]].append(c["flow_id"])
+        by_script[key].append(c)
     chosen: list[tuple] = []
-    for length in sorted(flows):
-        pools = {k: sorted(v) for k, v in flows[length].items()}
+    for length in sorted(scripts):
+        pools = {k: sorted(v) for k, v in scripts[length].items()}
         if length == 4:
             picked = [(length, k, f) for k in ("BC", "NC") for f in pools[k]]
-            notes.append(f"length 4: all {len(picked)} distinct flows in the run")
+            notes.append(f"length 4: all {len(picked)} distinct scripts in the run")
         else:
-            want_bc = round(flows_per_length * 2 / 3)
-            want_nc = flows_per_length - want_bc
-            # 2:1 BC:NC; a class with too few flows leaves its share to the other (length 6
-            # has only 8 valid NC flows, so full scale there is 22 BC + 8 NC).
+            want_bc = round(scripts_per_length * 2 / 3)
+            want_nc = scripts_per_length - want_bc
+            # 2:1 BC:NC; a class with too few scripts leaves its share to the other (length 6
+            # has only 8 valid NC scripts, so full scale there is 22 BC + 8 NC).
             n_nc = min(want_nc, len(pools["NC"]))
-            n_bc = min(len(pools["BC"]), flows_per_length - n_nc)
-            n_nc = min(len(pools["NC"]), flows_per_length - n_bc)
+            n_bc = min(len(pools["BC"]), scripts_per_length - n_nc)
+            n_nc = min(len(pools["NC"]), scripts_per_length - n_bc)
             picked = [(length, "BC", f) for f in rng.sample(pools["BC"], n_bc)] + \
                      [(length, "NC", f) for f in rng.sample(pools["NC"], n_nc)]
-            if n_bc + n_nc < flows_per_length:  # the run has fewer flows than the design
-                notes.append(f"length {length}: scaled down to {n_bc} BC + {n_nc} NC flows "
+            if n_bc + n_nc < scripts_per_length:  # the run has fewer scripts than the design
+                notes.append(f"length {length}: scaled down to {n_bc} BC + {n_nc} NC scripts "
                              f"(the run has {len(pools['BC'])} BC and {len(pools['NC'])} NC distinct "
-                             f"flows; full scale is {flows_per_length}, split {want_bc} + {want_nc})")
+                             f"scripts; full scale is {scripts_per_length}, split {want_bc} + {want_nc})")
             else:
-                notes.append(f"length {length}: {n_bc} BC + {n_nc} NC flows"
-                             + ("" if n_bc == want_bc else f" (the run has only {len(pools['NC'])} distinct NC flows)"))
+                notes.append(f"length {length}: {n_bc} BC + {n_nc} NC scripts"
+                             + ("" if n_bc == want_bc else f" (the run has only {len(pools['NC'])} distinct NC scripts)"))
         chosen += picked
     targets = sorted({c["target"] for c in convs})
     units = []
     for i, key in enumerate(chosen):
-        cands = by_flow[key]
-        # Round-robin over targets: the i-th flow's conversation comes from target i mod T,
-        # or the next target that has this flow.
+        cands = by_script[key]
+        # Round-robin over targets: the i-th script's conversation comes from target i mod T,
+        # or the next target that has this script.
         for k in range(len(targets)):
             t = targets[(i + k) % len(targets)]
             pool = [c for c in cands if c["target"] == t]
@@ -171,7 +171,7 @@ def _why_empty(kind: str, convs: list[dict]) -> str:
         if len(targets) < 2:
             return (f"a pair compares two targets' conversations, and this run has one target "
                     f"({targets[0]}): run two targets or more")
-        return ("no query has two conversations that differ in length, flow and target")
+        return ("no query has two conversations that differ in length, script and target")
     return "no scored judgments of completed conversations yet: run the judge stage"
 
 
@@ -193,7 +193,7 @@ def draw_safety(rows: list[dict], rng: random.Random, per_score: int = 20) -> tu
     return out, notes
 
 
-def draw_sample(wh, kind: str, seed: int = 0, n_annotators: int = 3, *, flows_per_length: int = 30,
+def draw_sample(wh, kind: str, seed: int = 0, n_annotators: int = 3, *, scripts_per_length: int = 30,
                 per_annotator: int = 12, pairs: int = 25, per_score: int = 20) -> dict:
     """Draw a sample, store it (replacing an earlier one of the same kind and seed, with its
     imported annotations) and return {sample_id, n_units, assignments, notes}."""
@@ -207,7 +207,7 @@ def draw_sample(wh, kind: str, seed: int = 0, n_annotators: int = 3, *, flows_pe
     rng = _rng(kind, seed)
     convs = wh.query(_CONVS)
     if kind == "naturalness":
-        units, notes = draw_naturalness(convs, rng, flows_per_length)
+        units, notes = draw_naturalness(convs, rng, scripts_per_length)
         assignments, n2 = assign_pool(units, rng, n_annotators, per_annotator)
         notes += n2
     else:
@@ -227,8 +227,9 @@ def draw_sample(wh, kind: str, seed: int = 0, n_annotators: int = 3, *, flows_pe
     if not units:
         raise ValidationError(f"the warehouse has nothing to sample for {kind} ({_why_empty(kind, convs)})")
     sample_id = f"{kind}-{seed}"
-    params = {"flows_per_length": flows_per_length, "per_annotator": per_annotator, "pairs": pairs,
-              "per_score": per_score, "notes": notes}
+    params = {"flows_per_length": scripts_per_length,  # the name it was stored under
+              "per_annotator": per_annotator, "pairs": pairs, "per_score": per_score,
+              "notes": notes}
     where = ("sample_id = ?", [sample_id])
     wh.write_many([
         (ValidationAnnotation, [], where),

@@ -3,13 +3,13 @@ played by the engine's one play loop (tasks/engine/episode.py) and stored as Car
 ``conversations`` / ``turns`` / ``move_checks``.
 
 Per (target, query): the oracle conversation (one answer to the oracle prompt) and one
-conversation per sampled flow, each an episode of the spec's conditions: turn 1 is the query
+conversation per sampled script, each an episode of the spec's conditions: turn 1 is the query
 verbatim; for each move the scripted user policy (tasks/users/scripted.py) writes the user
 turn (from the move's template and the conversation so far; only the benign-clarification
 moves also see the benign intent) and the target answers the whole history.
 
 Prefix sharing (this project's choice; the paper does not say how it sampled shared prefixes):
-with ``flows.share_prefix`` a sampled call's key derives from (target, query, move prefix)
+with ``scripts.share_prefix`` a sampled call's key derives from (target, query, move prefix)
 (``PrefixKeys``, tasks/engine/keys.py), so the 15 conversations of a query share the first
 answer and every common prefix, which makes them correlated (Table 2's intervals are
 therefore clustered by query). Within one (target, query) identical calls are made once
@@ -39,12 +39,12 @@ from tasks.bench import carryon_conditions, load_spec
 from tasks.engine.episode import BLOCKED_CONTENT, Played, play
 from tasks.engine.items import Item
 from tasks.engine.keys import PrefixKeys, conversation_id
-from tasks.users.scripts import SampledFlow
+from tasks.users.scripts import SampledScript
 from tasks.users.move_checker import CHECKER_ROLE
 # The planning (call counts per role) is its own module; re-exported here, where the plan
 # stage and tests import it. The role names live there too, so it does not import this one.
 from tasks.benchmarks.carryon.simulate_plan import (  # noqa: F401
-    SIMULATOR_ROLE, TARGET_ROLE, _query_calls, flows_for, plan_calls,
+    SIMULATOR_ROLE, TARGET_ROLE, _query_calls, scripts_for, plan_calls,
 )
 from tasks.targets import Seat
 from tasks.targets.llm import LLM
@@ -107,11 +107,11 @@ class _Models:
         return self.by_role[role]
 
 
-async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[SampledFlow], *,
+async def simulate_query(gateway, target, simulator, q: SimQuery, scripts: list[SampledScript], *,
                          share_prefix: bool = True, run_id: str | None = None, checker=None,
                          max_resamples: int = 2, exclude_failing: bool = False,
                          spec=None) -> list[ConversationResult]:
-    """The oracle conversation and one conversation per flow, for one target and query."""
+    """The oracle conversation and one conversation per script, for one target and query."""
     spec = spec or load_spec()
     names = carryon_conditions(spec)
     env = PolicyEnv(SharedCalls(gateway), _Models({SIMULATOR_ROLE: simulator}),
@@ -122,7 +122,7 @@ async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[Sa
     seat = Seat(target.name, "llm", LLM(), target)
     oracle = spec.condition(names.oracle)
     work = [(oracle, (), 2)] + [(spec.condition(names.of_group(f.condition)), f.moves, f.length)
-                                for f in flows]
+                                for f in scripts]
     played = await asyncio.gather(*(play(env, spec, item, cond, seat, run_id, moves)
                                     for cond, moves, _ in work))
     return [_conversation(p, q.query_id, moves, length, cond.name == oracle.name,
@@ -133,7 +133,7 @@ async def simulate_query(gateway, target, simulator, q: SimQuery, flows: list[Sa
 def _conversation(p: Played, query_id: str, moves: tuple, length: int, is_oracle: bool,
                   run_id: str | None, exclude_failing: bool) -> ConversationResult:
     """An episode as CarryOnBench's rows: each turn says its move (``query`` for turn 1,
-    ``oracle`` for the oracle's), the conversation its flow, length and move-check flag."""
+    ``oracle`` for the oracle's), the conversation its script, length and move-check flag."""
     target = p.episode["target"]
     fid = "oracle" if is_oracle else ">".join(moves)
     cid = conversation_id(target, query_id, fid)
@@ -254,8 +254,8 @@ async def simulate_batch(ctx, queries: list[SimQuery], progress=None) -> dict:
     targets = cfg.role_specs(TARGET_ROLE)
     checkers = cfg.role_specs(CHECKER_ROLE)
     mc = cfg.move_check
-    units = [simulate_query(ctx.gateway, t, sim, q, flows_for(cfg, q.query_id),
-                            share_prefix=cfg.flows.share_prefix, run_id=ctx.run_id,
+    units = [simulate_query(ctx.gateway, t, sim, q, scripts_for(cfg, q.query_id),
+                            share_prefix=cfg.scripts.share_prefix, run_id=ctx.run_id,
                             checker=checkers[0] if checkers else None,
                             max_resamples=mc.max_resamples, exclude_failing=mc.exclude_failing,
                             spec=cfg.spec)

@@ -1,11 +1,11 @@
-"""Stage 2's plan: the flows a query gets and the calls a config sends per role, with and
+"""Stage 2's plan: the scripts a query gets and the calls a config sends per role, with and
 without prefix sharing (``carryon plan`` and the pre-flight estimate). tasks/benchmarks/carryon/simulate.py
 re-exports these names.
 """
 
 from __future__ import annotations
 
-from tasks.users.scripts import SampledFlow, sample_flows
+from tasks.users.scripts import SampledScript, sample_scripts
 from tasks.users.move_checker import CHECKER_ROLE
 
 # The roles the simulation calls (here, not in simulate.py, so this module imports nothing
@@ -14,26 +14,26 @@ TARGET_ROLE = "targets"
 SIMULATOR_ROLE = "user_simulator"
 
 
-def flows_for(cfg, query_id: str) -> list[SampledFlow]:
-    f = cfg.flows
-    return sample_flows(cfg.seed, query_id, tuple(f.lengths), f.bc_per_length, f.nc_per_length)
+def scripts_for(cfg, query_id: str) -> list[SampledScript]:
+    f = cfg.scripts
+    return sample_scripts(cfg.seed, query_id, tuple(f.lengths), f.bc_per_length, f.nc_per_length)
 
 
 # ----- planning ------------------------------------------------------------------------------
-def _query_calls(flows: list[SampledFlow]) -> dict:
+def _query_calls(scripts: list[SampledScript]) -> dict:
     """Simulation calls of one (target, query), oracle excluded (the paper's count). A move
     checker, when configured, checks every simulator turn once (before resamples)."""
-    moves = sum(f.n_moves for f in flows)
-    prefixes = {tuple(f.moves[:k]) for f in flows for k in range(1, f.n_moves + 1)}
-    return {"without": {"targets": len(flows) + moves, "user_simulator": moves},
+    moves = sum(f.n_moves for f in scripts)
+    prefixes = {tuple(f.moves[:k]) for f in scripts for k in range(1, f.n_moves + 1)}
+    return {"without": {"targets": len(scripts) + moves, "user_simulator": moves},
             "with": {"targets": 1 + len(prefixes), "user_simulator": len(prefixes)}}
 
 
 def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
     """Calls per role with and without prefix sharing, counting distinct prefixes.
 
-    Flows are sampled per query id; without ids (a plan before the data is read) the query
-    index is the key, which gives the same distribution but not the exact flows of a run.
+    Scripts are sampled per query id; without ids (a plan before the data is read) the query
+    index is the key, which gives the same distribution but not the exact scripts of a run.
     ``planned`` is what this config sends on a cold cache: with ``share_prefix`` off every
     conversation samples its own turns, except that a temperature-0 target's identical first
     answers still coincide in the cache (and everything coincides when both the target and
@@ -44,22 +44,22 @@ def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
     targets = cfg.role_specs(TARGET_ROLE)
     without = {"targets": 0, "user_simulator": 0}
     with_ = {"targets": 0, "user_simulator": 0}
-    n_flows = 0
+    n_scripts = 0
     first = 0  # first answers, for the share_prefix=False case
     for qid in keys:
-        flows = flows_for(cfg, qid)
-        n_flows += len(flows)
-        c = _query_calls(flows)
+        scripts = scripts_for(cfg, qid)
+        n_scripts += len(scripts)
+        c = _query_calls(scripts)
         for role in without:
             without[role] += c["without"][role]
             with_[role] += c["with"][role]
-        first += len(flows)
+        first += len(scripts)
     per_target = []
     sim_t = cfg.role_spec(SIMULATOR_ROLE).temperature if cfg.role_specs(SIMULATOR_ROLE) else 1.0
     for t in targets:
         # Greedy models on both sides make every conversation with the same prefix send the
         # same requests, so the cache shares them whatever the sample keys say.
-        if cfg.flows.share_prefix or (t.temperature == 0 and sim_t == 0):
+        if cfg.scripts.share_prefix or (t.temperature == 0 and sim_t == 0):
             planned = dict(with_)
         else:
             planned = dict(without)
@@ -81,8 +81,8 @@ def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
                      "extra_calls_upper_bound": 2 * cfg.move_check.max_resamples
                      * roles["user_simulator"]["planned"]}
     return {
-        "n_queries": len(keys), "n_targets": T, "share_prefix": cfg.flows.share_prefix,
-        "conversations": T * (n_flows + len(keys)),
+        "n_queries": len(keys), "n_targets": T, "share_prefix": cfg.scripts.share_prefix,
+        "conversations": T * (n_scripts + len(keys)),
         "roles": roles,
         "move_check_resamples": resamples,
         "saved_by_sharing": sum(r["without_sharing"] - r["with_sharing"] for r in roles.values()),

@@ -46,7 +46,7 @@
 --     every run from its spec; the project seeds the built-in specs' rows whenever it opens a
 --     warehouse that has none for a benchmark): carryon_conditions gives
 --     each name its part, 'oracle' (the oracle prompt) or the move group 'BC' / 'NC' of its
---     scripted flows; model_summary reads the parts, so a renamed condition keeps its place.
+--     scripts; model_summary reads the parts, so a renamed condition keeps its place.
 
 -- R12: CarryOnBench's conditions as its spec names them, and the part each one plays.
 CREATE OR REPLACE VIEW carryon_conditions AS

@@ -187,7 +187,7 @@ FROM {{prefix}}_sets
 GROUP BY target;
 
 -- O11. (ours, beyond the paper) Follow-up conditions: episodes whose user is the scripted one
---      (CarryOnBench's BC / NC flows from the dual-use prompt). Per episode, the utility u (O1-
+--      (CarryOnBench's BC / NC scripts from the dual-use prompt). Per episode, the utility u (O1-
 --      O3) of its first and of its last response, each from that turn's two verdicts; an
 --      episode is counted when both are scored. Per target and condition: the means, and
 --      recovery = mean(last u - first u). Unscored turns and failed episodes are left out,

@@ -62,9 +62,6 @@ class Graph:
     def values(self, facet: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(v for i in self.intents if (v := i.value(facet)) is not None))
 
-    def to_json(self) -> list[dict]:
-        return [{"slots": dict(i.slots), "aliases": list(i.aliases)} for i in self.intents]
-
     @classmethod
     def from_hidden(cls, hidden: dict) -> "Graph":
         return cls(hidden["cig_id"], hidden.get("prompt", ""),

@@ -66,7 +66,7 @@ def section(wh, spec) -> str:
 
     follow = views["follow"]
     if follow:
-        lines += ["", "Beyond the paper: CarryOnBench's follow-up flows from the dual-use prompt "
+        lines += ["", "Beyond the paper: CarryOnBench's follow-up scripts from the dual-use prompt "
                   "(scripted users; benign clarification states the set's plausible benign use). "
                   "Utility of each episode's first and last response; recovery = last - first "
                   "(rule O11):", ""]

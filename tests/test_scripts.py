@@ -8,9 +8,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tasks.users import scripts as flowgen
+from tasks.users import scripts
 from tasks.users.scripts import (
-    MOVE_NAMES, classify, count_rows, enumerate_flows, flow_id, is_valid, sample_flows,
+    MOVE_NAMES, classify, count_rows, enumerate_scripts, flow_id, is_valid, sample_scripts,
     sample_rows, violations,
 )
 
@@ -20,10 +20,10 @@ D, B = "delaying", "backchannel"
 
 
 def test_moves_are_the_papers_seven():
-    assert {m.name: m.group for m in flowgen.MOVES} == {
+    assert {m.name: m.group for m in scripts.MOVES} == {
         J: "BC", R: "BC", C: "BC", P: "Challenge", RE: "Challenge",
         D: "Non-contentful", B: "Non-contentful"}
-    assert [m.name for m in flowgen.MOVES if not m.contentful] == [D, B]
+    assert [m.name for m in scripts.MOVES if not m.contentful] == [D, B]
 
 
 @pytest.mark.parametrize("moves,rule", [
@@ -50,7 +50,7 @@ def test_violations_names_every_broken_rule():
     v = violations([D, B, C, RE, D])  # 1, 2, 3 and 4 at once
     assert sorted(x.split(":")[0] for x in v) == ["1", "2", "3", "4"]
     assert violations(["shouting"]) == ["unknown move(s) ['shouting']"]
-    assert violations([]) == ["a flow has at least one move"]
+    assert violations([]) == ["a script has at least one move"]
 
 
 def test_classify_and_flow_id():
@@ -84,13 +84,13 @@ def test_counts_by_hand():
     # NC of 3 moves: patterns CCC, NCC, CNC with 2 choices each position = 3 * 8 = 24.
     assert rows[3]["nc"] == 24
     for n in range(1, 6):
-        assert rows[n]["total"] == len(_brute(n)) == len(enumerate_flows(n))
+        assert rows[n]["total"] == len(_brute(n)) == len(enumerate_scripts(n))
         assert rows[n]["bc"] + rows[n]["nc"] == rows[n]["total"]
         assert rows[n]["length"] == 2 + 2 * n
 
 
 def test_sampling_shape_and_classes():
-    flows = sample_flows(0, "q1", (4, 6, 8, 10, 12), 2, 1)
+    flows = sample_scripts(0, "q1", (4, 6, 8, 10, 12), 2, 1)
     assert len(flows) == 15
     for length in (4, 6, 8, 10, 12):
         at = [f for f in flows if f.length == length]
@@ -102,28 +102,28 @@ def test_sampling_shape_and_classes():
 
 
 def test_sampling_is_stable_per_query_and_length():
-    a = sample_flows(7, "q1", (4, 6, 8), 2, 1)
+    a = sample_scripts(7, "q1", (4, 6, 8), 2, 1)
     # Another query set, another order of lengths: q1's flows at each length do not move.
-    b = sample_flows(7, "q1", (8, 4), 2, 1)
+    b = sample_scripts(7, "q1", (8, 4), 2, 1)
     assert [f for f in a if f.length in (4, 8)] == sorted(b, key=lambda f: f.length)
-    assert sample_flows(7, "q2", (12,), 2, 1) != sample_flows(7, "q1", (12,), 2, 1)
-    assert sample_flows(8, "q1", (10,), 2, 1) != sample_flows(7, "q1", (10,), 2, 1)
+    assert sample_scripts(7, "q2", (12,), 2, 1) != sample_scripts(7, "q1", (12,), 2, 1)
+    assert sample_scripts(8, "q1", (10,), 2, 1) != sample_scripts(7, "q1", (10,), 2, 1)
 
 
 def test_sampling_is_roughly_uniform():
     # 1-move BC pool has 3 flows, 2 drawn: each flow is drawn with probability 2/3.
     hits = {J: 0, R: 0, C: 0}
     for q in range(3000):
-        for f in sample_flows(0, str(q), (4,), 2, 0):
+        for f in sample_scripts(0, str(q), (4,), 2, 0):
             hits[f.moves[0]] += 1
     for n in hits.values():
         assert abs(n / 3000 - 2 / 3) < 0.04
 
 
 def test_too_few_flows_takes_all_and_warns(caplog):
-    flows = sample_flows(0, "q", (4,), 5, 9)
+    flows = sample_scripts(0, "q", (4,), 5, 9)
     assert sorted(f.moves[0] for f in flows) == sorted([J, R, C, P, RE])
-    assert "only 3 valid BC flows" in caplog.text and "only 2 valid NC flows" in caplog.text
+    assert "only 3 valid BC scripts" in caplog.text and "only 2 valid NC scripts" in caplog.text
 
 
 def test_sample_rows_and_cli():
@@ -133,15 +133,18 @@ def test_sample_rows_and_cli():
     from flows.cli import app
 
     runner = CliRunner()
-    out = runner.invoke(app, ["flows", "--sample", "--queries", "2", "--seed", "3"])
+    out = runner.invoke(app, ["scripts", "--sample", "--queries", "2", "--seed", "3"])
     assert out.exit_code == 0, out.output
     assert [json.loads(line) for line in out.output.splitlines()] == rows
-    out = runner.invoke(app, ["flows", "--count"])
+    out = runner.invoke(app, ["scripts", "--count"])
     assert out.exit_code == 0 and "8654" in out.output and "8398" in out.output
+    # `carryon flows`, the command's name before "scripts", still answers (not listed).
+    assert runner.invoke(app, ["flows", "--count"]).output == out.output
+    assert "flows" not in runner.invoke(app, ["--help"]).output
 
 
 def test_moves_carry_table1_definitions_and_who_knows_the_intent():
-    for m in flowgen.MOVES:
-        assert m.definition and flowgen.get_move(m.name) is m
-    assert [m.name for m in flowgen.MOVES if m.knows_intent] == [
+    for m in scripts.MOVES:
+        assert m.definition and scripts.get_move(m.name) is m
+    assert [m.name for m in scripts.MOVES if m.knows_intent] == [
         "benign_justification", "benign_reasking", "context_switching"]
