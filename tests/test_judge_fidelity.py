@@ -246,7 +246,7 @@ def test_judging_report_stats_on_an_empty_warehouse(tmp_path):
 
 # ----- the plan's warning -------------------------------------------------------------------------
 def test_plan_warns_when_max_tokens_cannot_hold_the_thinking_budget(write_config, llm_server):
-    from tasks.benchmarks.carryon.plan import make_plan
+    from tasks.engine.plan import make_plan
 
     models = base_models(llm_server)
     models["safety_judge"] = {"model": "openai/test-judge", "thinking_budget": 1024, "max_tokens": 1100}

@@ -145,7 +145,7 @@ def test_carryon_run_stops_before_anything_runs(tmp_path, monkeypatch):
 
 
 def test_plan_warns_where_run_would_stop(tmp_path):
-    from tasks.benchmarks.carryon.plan import make_plan
+    from tasks.engine.plan import make_plan
 
     path = _config(tmp_path, [{"name": "a", "model": "openai/gpt-4o-mini"},
                               {"name": "n", "model": "x/y", "api_key_env": "MY_UNSET_KEY_VAR"}])

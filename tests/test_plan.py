@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tasks.config import load_config
-from tasks.benchmarks.carryon.plan import make_plan
+from tasks.engine.plan import make_plan
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate import scripts_for, plan_calls
 

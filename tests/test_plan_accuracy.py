@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tasks.config import load_config
-from tasks.benchmarks.carryon.plan import make_plan
+from tasks.engine.plan import make_plan
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import yaml
 
 from tasks.config import PriceEntry, load_config
 from tasks.gateway.prices import costs, rates
-from tasks.benchmarks.carryon.plan import make_plan
+from tasks.engine.plan import make_plan
 from tests.test_batch_api import spec_for
 
 

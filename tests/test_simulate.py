@@ -710,7 +710,7 @@ def test_content_filter_from_the_loopback_server_is_a_blocked_turn(cfg_path, llm
 
 
 def test_plan_shows_move_checker_calls(cfg_path, write_config, llm_server):
-    from tasks.benchmarks.carryon.plan import make_plan
+    from tasks.engine.plan import make_plan
 
     cfg = load_config(_checker_cfg(cfg_path, write_config, llm_server))
     rows, notes = make_plan(cfg)

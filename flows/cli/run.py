@@ -154,7 +154,7 @@ def _print_summary(summary: dict) -> None:
 def plan(config: str = ConfigOpt,
          limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
     """Before spending anything: calls per role, tokens and a cost estimate."""
-    from tasks.benchmarks.carryon.plan import make_plan
+    from tasks.engine.plan import make_plan
 
     try:
         rows, notes = make_plan(load_config(config), limit)

@@ -1,7 +1,11 @@
-"""``carryon plan`` for an episode benchmark: calls per role, tokens and cost, before
-anything is spent.
+"""``carryon plan``: calls per role, tokens and cost, before anything is spent.
 
-Exact where the spec fixes the count (one target call per single-turn episode, one judge
+``make_plan`` is the command's one entry: the spec's play stage plans the run's work through
+every stage (tasks/stages/), then the warnings every benchmark gets (a thinking budget that
+leaves no room for the answer, a missing API key). ``episode_plan`` is the episode engine's
+(the ``episodes`` stage's); CarryOnBench's is tasks/benchmarks/carryon/plan.py.
+
+The episode plan is exactwhere the spec fixes the count (one target call per single-turn episode, one judge
 call per judged turn), upper bounds where it depends on the target (a reactive user speaks
 only when the target asks; episodes may end before their turn cap). Tokens per call are the
 items' own opening prompts (about 4 characters a token) plus, for a target, the exchanges
@@ -16,6 +20,8 @@ from tasks.engine.items import select_items
 from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.engine import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
+from tasks.model_keys import plan_warnings
+from tasks.roles import ROLE_TABLE, ROLES
 
 CHARS_PER_TOKEN = 4
 
@@ -30,7 +36,37 @@ def _user_template(spec, work) -> float | None:
     return max((x for x in sizes if x), default=None)
 
 
-def make_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
+# Tokens an answer needs beside a thinking budget, where the role has no estimate of its own.
+MIN_ANSWER_TOKENS = 256
+
+
+def make_plan(cfg, limit: int | None = None,
+              key_warnings: bool = True) -> tuple[list[dict], list[str]]:
+    """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines,
+    which ask litellm (a 6 s import): the report's cost section reads the rows only."""
+    rows, notes = cfg.spec.play_stage().plan(cfg, limit)
+    return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
+
+
+def reasoning_warnings(cfg) -> list[str]:
+    """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
+    answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
+    answers = {r.name: r.tokens[1] for r in ROLE_TABLE}
+    out = []
+    for role in ROLES:
+        for spec in cfg.role_specs(role):
+            if spec.thinking_budget is None:
+                continue
+            answer = max(answers.get(role) or 0, MIN_ANSWER_TOKENS)
+            need = spec.thinking_budget + answer
+            if spec.max_tokens < need:
+                out.append(f"warning: {spec.where} ({spec.model}): max_tokens {spec.max_tokens} "
+                           f"cannot hold thinking_budget {spec.thinking_budget} plus an answer "
+                           f"(about {answer} tokens); set max_tokens to at least {need}")
+    return out
+
+
+def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     """(rows, notes) like CarryOnBench's plan, priced by tasks/gateway/prices.py."""
     spec = cfg.spec
     items = select_items(cfg, limit)

@@ -41,7 +41,7 @@ def load(wh, run_id: str | None) -> dict:
 def _plan(config: dict) -> pd.DataFrame | str:
     """The plan's rows for the run's config, or why there are none."""
     from tasks.config import Config
-    from tasks.benchmarks.carryon.plan import make_plan
+    from tasks.engine.plan import make_plan
 
     try:
         rows, _ = make_plan(Config.model_validate(config), key_warnings=False)

@@ -42,9 +42,9 @@ class Episodes(Stage):
         return [i.to_row(ctx.config.spec.name) for i in run_items(ctx)]
 
     def plan(self, cfg, limit):
-        from tasks.engine.plan import make_plan
+        from tasks.engine.plan import episode_plan
 
-        return make_plan(cfg, limit)
+        return episode_plan(cfg, limit)
 
     def listing(self, cfg, limit) -> tuple[list[dict], list[dict], str]:
         """(JSON lines, table rows, count line) for ``carryon data``: the items and the

@@ -1,4 +1,5 @@
-"""``carryon plan``: calls per role, tokens and cost, before anything is spent.
+"""``carryon plan`` for CarryOnBench (its play stage's ``plan``): calls per role, tokens and
+cost of its checklists, simulation and judging, before anything is spent.
 
 Call counts are exact where the pipeline's shape fixes them (intents, ensemble, merge,
 misuse, simulation with and without prefix sharing, safety) and upper bounds or estimates
@@ -23,9 +24,8 @@ from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.judges.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
-from tasks.model_keys import plan_warnings
 from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens, simulation_prompts
-from tasks.roles import ROLE_TABLE, ROLES
+from tasks.roles import ROLE_TABLE
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate import plan_calls
 
@@ -81,15 +81,6 @@ def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
         except Exception:
             pass
     return float(PAPER_MEAN_ITEMS), "the paper's mean checklist size (no checklists stored yet)"
-
-
-def make_plan(cfg: Config, limit: int | None = None,
-              key_warnings: bool = True) -> tuple[list[dict], list[str]]:
-    """The plan's rows and notes: the spec's play stage plans the run's work through every
-    stage (tasks/stages/). ``key_warnings=False`` leaves out the missing-key lines, which ask
-    litellm (a 6 s import): the report's cost section reads the rows only."""
-    rows, notes = cfg.spec.play_stage().plan(cfg, limit)
-    return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
 
 
 def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
@@ -173,24 +164,3 @@ def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]
     return {"targets": sim["targets"], "user_simulator": sim["user_simulator"],
             "benutil_judge": judge_prompt("benutil_judge", q, target_out, ITEM_TOKENS),
             "safety_judge": judge_prompt("safety_judge", q, target_out, 0, history)}
-
-
-# Tokens an answer needs beside a thinking budget, where the role has no estimate of its own.
-MIN_ANSWER_TOKENS = 256
-
-
-def reasoning_warnings(cfg: Config) -> list[str]:
-    """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
-    answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
-    out = []
-    for role in ROLES:
-        for spec in cfg.role_specs(role):
-            if spec.thinking_budget is None:
-                continue
-            answer = max(_BASE_TOKENS.get(role, (0, None))[1] or 0, MIN_ANSWER_TOKENS)
-            need = spec.thinking_budget + answer
-            if spec.max_tokens < need:
-                out.append(f"warning: {spec.where} ({spec.model}): max_tokens {spec.max_tokens} "
-                           f"cannot hold thinking_budget {spec.thinking_budget} plus an answer "
-                           f"(about {answer} tokens); set max_tokens to at least {need}")
-    return out
