@@ -1,6 +1,6 @@
 """A benchmark the project never heard of, defined in one folder (tests/fixtures/toy_bench):
 its own loader, user policy (with arguments), deterministic target policy, judge (with a model
-role of its own), metric view and report section. ``carryon plan``, ``run`` and ``report``
+role of its own), stage, metric view and report section. ``carryon plan``, ``run`` and ``report``
 work on it, and a wrong component name or argument is one line naming the spec and field."""
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def test_spec_loads_its_own_components_and_roles():
     assert spec.config_roles() == ["targets", "embedder", "toy_grader"]
     assert spec.stage_roles("episodes") == (["targets"], set())
     assert spec.stage_roles("verdicts") == (["toy_grader"], set())
+    assert spec.stages == ["episodes", "verdicts", "toy_tally", "report"]
+    assert spec.stage("toy_tally").phase == "judge" and spec.stage_roles("toy_tally") == ([], set())
     nudge = spec.user(spec.condition("nudged"))
     assert (nudge.args.nudges, nudge.args.text) == (1, "Go on, please.")
 
@@ -79,6 +81,8 @@ def test_spec_loads_its_own_components_and_roles():
      "report[toy_tables]", "no report section named 'toy_tables'"),
     (("components: [components.py]", "components: [missing.py]"),
      "components", "missing.py: no such file"),
+    (("stages: [episodes, verdicts, toy_tally, report]", "stages: [episodes, toy_tallies, report]"),
+     "stages[toy_tallies]", "no stage named 'toy_tallies'"),
 ])
 def test_a_wrong_component_is_one_line_naming_spec_and_field(tmp_path, edit, field, message):
     folder = tmp_path / "bench"
@@ -138,6 +142,9 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     acc = {row["target"]: row for row in wh.query("SELECT * FROM toy_accuracy")}
     assert acc["answer_key"]["accuracy"] == 1.0 and acc["answer_key"]["n_scored"] == 3
     assert acc["target-a"]["accuracy"] == pytest.approx(2 / 3)  # Paris, Blue right; 5 wrong
+    # The toy's own stage ran after the judges: question, answer, nudge, answer per episode.
+    assert ('toy_tally: {"by_target": {"answer_key": {"episodes": 3, "turns": 12}, '
+            '"target-a": {"episodes": 3, "turns": 12}}}') in r.output, r.output
 
     r = invoke("report", "--config", str(path))
     assert r.exit_code == 0, r.output
