@@ -178,3 +178,16 @@ def test_no_import_cycles():
         f"cycle {i}: " + ", ".join(f"{m} -> [{', '.join(sorted(graph[m] & set(c)))}]" for m in c)
         for i, c in enumerate(cycles, 1))
     assert not cycles, f"{len(cycles)} import cycle(s) among the project's modules:\n{message}"
+
+
+# The layers below the benchmarks (docs/ARCHITECTURE.md): they serve every benchmark and
+# import none, so a benchmark's code is found beside its spec and nowhere else.
+BELOW_BENCHMARKS = ("tasks.engine", "tasks.stages", "tasks.judges", "tasks.users",
+                    "tasks.targets", "tasks.datasets", "tasks.gateway", "warehouse")
+
+
+def test_the_layers_below_the_benchmarks_import_none():
+    graph = import_graph()
+    upward = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                    if m.startswith(BELOW_BENCHMARKS) and d.startswith("tasks.benchmarks"))
+    assert not upward, "imports of a benchmark from below the benchmarks:\n" + "\n".join(upward)

@@ -19,14 +19,14 @@ from tasks.benchmarks.regret import cig
 from tasks.bench import load_spec
 from tasks.benchmarks.regret.cig import Graph, Intent, Rules
 from tasks.benchmarks.carryon.queries import DataError
-from tasks.datasets.cig import SAMPLE, CigArgs, CigLoader, read_graphs
+from tasks.benchmarks.regret.loader import SAMPLE, CigArgs, CigLoader, read_graphs
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
-from tasks.judges import regret as regret_judge
+from tasks.benchmarks.regret import judge as regret_judge
 from tasks.judges.base import TurnView
-from tasks.targets import planner as planner_mod
-from tasks.users import responder as responder_mod
+from tasks.benchmarks.regret import planner as planner_mod
+from tasks.benchmarks.regret import responder as responder_mod
 from tasks.users.base import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
 from tests.factories import FakeGateway, by_role
 from warehouse import Warehouse
@@ -620,7 +620,7 @@ def test_summary_and_target_views(tmp_path):
 
 
 def test_report_section(tmp_path):
-    from tasks.report.sections import regret as sec
+    from tasks.benchmarks.regret import report as sec
 
     spec = load_spec("regret")
     empty = Warehouse(str(tmp_path / "empty.duckdb")).init()
@@ -640,7 +640,7 @@ def test_report_section(tmp_path):
 
 
 def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
-    from tasks.report.sections import regret as sec
+    from tasks.benchmarks.regret import report as sec
 
     md = sec.section(_populated(tmp_path, only={"E5"}), load_spec("regret"))
     assert "| m | cooperative | QA | 0 / 1 | n/a |" in md

@@ -6,7 +6,7 @@ only the simulated user and the judges see it) and *meta* fields the report grou
 A loader is ``load(path) -> list[Item]`` registered with ``@loader(name, sample=PATH)``
 (tasks/engine/registry.py; built-in ones in ``tasks/datasets/<name>.py``), ``sample`` being the
 team's sample in the source's own format; every problem in a file raises
-``tasks.benchmarks.carryon.queries.DataError`` naming the file, the row and the field.
+``tasks.datasets.fields.DataError`` naming the file, the row and the field.
 """
 
 from __future__ import annotations

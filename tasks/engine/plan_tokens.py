@@ -8,8 +8,8 @@ the judges' templates had grown (Ben-Util's fixed text is ~530 tokens, safety's 
 
 - a judge's prompt is its template rendered with one-character fields (measured, so a
   template edit moves the plan with it), plus the query, the judged response and the item;
-- a target's or simulated user's prompt is the query plus the turns before it, summed over
-  the calls the prefix tree actually makes (the same scripts ``plan_calls`` counts);
+- a target's or simulated user's prompt is the opening plus the turns before it (CarryOnBench's
+  sums them over the calls its prefix tree makes: tasks/benchmarks/carryon/simulate_plan.py);
 - a query's length is the selected queries' own (characters / 4), not a constant.
 
 Answers are assumed to use half their ``max_tokens`` (the plan's stated assumption); with
@@ -26,8 +26,6 @@ from pathlib import Path
 import prompts
 from tasks.judges.prompt_layout import CHARS_PER_TOKEN
 
-# An oracle prompt restates the query with its benign intent: about a query's length more.
-ORACLE_EXTRA = 1.0
 # Per message, the chat format's own tokens (role, separators).
 MESSAGE_TOKENS = 4
 
@@ -52,30 +50,6 @@ def judge_prompt(role: str, query: float, response: float, item: float,
                  history: float = 0.0) -> float:
     base = judge_bases()[role]
     return base + query + response + (item if role == "benutil_judge" else history)
-
-
-def simulation_prompts(cfg, query_ids: list[str], query: float, answer: float, user: float,
-                       user_base: float) -> dict[str, float]:
-    """Mean prompt tokens per call of the targets and the simulated user over the prefix
-    tree's calls (the first answer, one per move prefix, the oracle), and the mean history a
-    judged response follows (what a judge that sees the history reads)."""
-    from tasks.benchmarks.carryon.simulate_plan import scripts_for
-
-    turn = answer + user + 2 * MESSAGE_TOKENS
-    t_sum = t_n = s_sum = s_n = 0.0
-    for qid in query_ids:
-        prefixes = {tuple(f.moves[:k]) for f in scripts_for(cfg, qid)
-                    for k in range(1, f.n_moves + 1)}
-        depths = [len(p) for p in prefixes]
-        # the first answer (no history), one call per prefix, the oracle
-        t_sum += query + sum(query + k * turn for k in depths) + query * (1 + ORACLE_EXTRA)
-        t_n += 2 + len(depths)
-        # the user writing move k has read the query, k answers and its k - 1 earlier moves
-        s_sum += sum(user_base + query + k * answer + (k - 1) * user for k in depths)
-        s_n += len(depths)
-    mean_t = t_sum / t_n if t_n else query
-    return {"targets": mean_t, "user_simulator": s_sum / s_n if s_n else user_base + query,
-            "history": max(0.0, mean_t - query)}
 
 
 def mean_query_tokens(queries) -> float | None:

@@ -24,10 +24,10 @@ from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
 from tasks.judges.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
 )
-from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens, simulation_prompts
+from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens
 from tasks.roles import ROLE_TABLE
 from tasks.benchmarks.carryon.queries import select_queries
-from tasks.benchmarks.carryon.simulate import plan_calls
+from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
 
 PAPER_MEAN_ITEMS = 18
 

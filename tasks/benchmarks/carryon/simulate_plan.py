@@ -5,6 +5,7 @@ re-exports these names.
 
 from __future__ import annotations
 
+from tasks.engine.plan_tokens import MESSAGE_TOKENS
 from tasks.users.scripts import SampledScript, sample_scripts
 from tasks.users.move_checker import CHECKER_ROLE
 
@@ -126,3 +127,29 @@ def select_checklisted(wh, queries) -> tuple[list[dict], dict[str, str], dict[st
         skipped[q.query_id] = reason
         by_step[step] = by_step.get(step, 0) + 1
     return ready, skipped, by_step
+
+
+# An oracle prompt restates the query with its benign intent: about a query's length more.
+ORACLE_EXTRA = 1.0
+
+
+def simulation_prompts(cfg, query_ids: list[str], query: float, answer: float, user: float,
+                       user_base: float) -> dict[str, float]:
+    """Mean prompt tokens per call of the targets and the simulated user over the prefix
+    tree's calls (the first answer, one per move prefix, the oracle), and the mean history a
+    judged response follows (what a judge that sees the history reads)."""
+    turn = answer + user + 2 * MESSAGE_TOKENS
+    t_sum = t_n = s_sum = s_n = 0.0
+    for qid in query_ids:
+        prefixes = {tuple(f.moves[:k]) for f in scripts_for(cfg, qid)
+                    for k in range(1, f.n_moves + 1)}
+        depths = [len(p) for p in prefixes]
+        # the first answer (no history), one call per prefix, the oracle
+        t_sum += query + sum(query + k * turn for k in depths) + query * (1 + ORACLE_EXTRA)
+        t_n += 2 + len(depths)
+        # the user writing move k has read the query, k answers and its k - 1 earlier moves
+        s_sum += sum(user_base + query + k * answer + (k - 1) * user for k in depths)
+        s_n += len(depths)
+    mean_t = t_sum / t_n if t_n else query
+    return {"targets": mean_t, "user_simulator": s_sum / s_n if s_n else user_base + query,
+            "history": max(0.0, mean_t - query)}

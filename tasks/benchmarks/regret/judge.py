@@ -17,7 +17,7 @@ apply, which the engine does not count as unscored):
   episode against the same user), label its steps; ``r_ref_expected``: its mean over the
   graph's intents (the expected reward under a uniform prior for this behaviour).
 
-The facet-mapper request is the responder's own (tasks/users/responder.py sends it while
+The facet-mapper request is the responder's own (tasks/benchmarks/regret/responder.py sends it while
 the episode is played), so this stage reads it from the gateway's cache: it depends only on
 the graph's prompt and facets and the question. A failed mapper call leaves the turn's
 measures unscored (the views leave its episode out and count it).

@@ -8,7 +8,7 @@ exchange):
 1. the act judge reads the response with the verdicts stage's own request (so the stage
    finds it in the cache); any act but ``clarifying_question`` ends the episode
    (``answered``); a blocked turn is a refusal, without a call;
-2. the facet mapper (role ``facet_mapper``, tasks/judges/regret.py; the regret judge's very
+2. the facet mapper (role ``facet_mapper``, tasks/benchmarks/regret/judge.py; the regret judge's very
    request) maps the question to a facet of the graph or UNSUPPORTED;
 3. the values the user states come from tasks/benchmarks/regret/cig.py ``reply_values`` (cooperative, vague,
    contradictory; drawn per graph, hidden intent and facet, so a repeated question gets the
@@ -40,7 +40,7 @@ from tasks.engine.registry import user_policy
 from tasks.judges.prompts import fence
 from tasks.judges import act as act_judge
 from tasks.judges.base import verdict_sample_key
-from tasks.judges.regret import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
+from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
                                  resolve_facet)
 from tasks.users.base import ANSWERED, Stop, UserTurn
 from tasks.users.reactive import ACT_ROLE, SIM_ROLE, turn_view

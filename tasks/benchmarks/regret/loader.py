@@ -33,7 +33,7 @@ from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.items import Item, item_id
 from tasks.engine.registry import loader
 
-SAMPLE = Path(__file__).parent / "sample_regret.json"
+SAMPLE = Path(__file__).with_name("sample.json")
 BENCHMARK = "regret"
 
 
