@@ -17,7 +17,7 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
          limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
     """Print the run's work (CarryOnBench's selected queries, another benchmark's items) and
     the count."""
-    from tasks.benchmarks.carryon.queries import DataError
+    from tasks.datasets.fields import DataError
 
     try:
         cfg = load_config(config)

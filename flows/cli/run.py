@@ -29,7 +29,7 @@ def run(config: str = ConfigOpt,
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     from tasks.gateway.cache import CacheError
     from tasks.gateway.client import ServerUnavailable
-    from tasks.benchmarks.carryon.queries import DataError
+    from tasks.datasets.fields import DataError
     from tasks.engine.stage_errors import StageFailed
     from tasks.benchmarks.carryon.judge import JudgeError
     from tasks.report import ReportError
