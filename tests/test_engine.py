@@ -410,6 +410,15 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     f.write_text(base + bc + nc + "  - {name: extra, prompt: query}\n")
     with pytest.raises(SpecError, match=r"c4.yaml: .*got \['oracle', 'B', 'N', 'extra'\]"):
         load_spec(str(f))
+    # Its judge stage runs Ben-Util and safety into its own tables: other judges, or their
+    # arguments (the config's judging: section holds the options), are refused, not ignored.
+    for i, judges in enumerate(("[benutil]", "[benutil, safety, act]",
+                                "[benutil, {name: safety, args: {sees_history: true}}]")):
+        f = tmp_path / f"j{i}.yaml"
+        f.write_text((base + bc + nc).replace("judges: [benutil, safety]", f"judges: {judges}"))
+        with pytest.raises(SpecError, match=rf"j{i}.yaml: judges: the judge stage .*runs exactly "
+                                            r"benutil and safety"):
+            load_spec(str(f))
 
 
 def test_single_turn_policy_stops():

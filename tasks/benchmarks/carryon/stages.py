@@ -64,3 +64,14 @@ class Judge(_TableRoles):
     name, phase, flow = "judge", "judge", "flows.judge:judge_flow"
     outputs = ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
                "judged_batches", "judge_agreement")
+
+    def check(self, spec):
+        # This stage runs Ben-Util (against the query's checklist) and safety into its own
+        # tables, with the options of the config's `judging:` section: a spec that named other
+        # judges, or gave these arguments, would be silently ignored, so it is refused.
+        with_args = [n for n in spec.judges if spec.args.get(f"judge:{n}")]
+        if sorted(spec.judges) != ["benutil", "safety"] or with_args:
+            raise ValueError(f"judges: the judge stage (CarryOnBench's) runs exactly benutil and "
+                             f"safety, without args (their options are the config's judging: "
+                             f"section); got {spec.judges}"
+                             + (f" with args for {with_args}" if with_args else ""))
