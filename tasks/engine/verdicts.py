@@ -15,19 +15,13 @@ judge whose role is not configured is skipped (and said so in the summary).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 from collections import Counter
 
 import prompts
 from tasks.config import ConfigError
 from tasks.engine.items import stored_items
 from tasks.judges.base import SpecKind, TurnView, verdict_sample_key  # noqa: F401 (re-export)
-from tasks.judges.protocol import keep_first, run_calls
-
-
-def _hash(doc) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+from tasks.judges.protocol import keep_first, run_calls, set_hash
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:
@@ -54,7 +48,7 @@ def _models(model) -> list:
 
 
 def prompt_version(judge) -> str:
-    return _hash([prompts.template_version(*judge.templates) if judge.templates else "",
+    return set_hash([prompts.template_version(*judge.templates) if judge.templates else "",
                   judge.extra_version, list(judge.measures)])
 
 
@@ -68,7 +62,7 @@ def verdict_set_id(judge, model) -> str:
     models = _models(model)
     ident = (None if not models else _ident(models[0]) if len(models) == 1
              else [_ident(m) for m in models])
-    return f"{judge.kind}-" + _hash({"kind": judge.kind, "judge": ident,
+    return f"{judge.kind}-" + set_hash({"kind": judge.kind, "judge": ident,
                                       "prompt": prompt_version(judge)})
 
 

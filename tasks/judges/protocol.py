@@ -28,6 +28,8 @@ turns and write the rows the kinds produced.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections import Counter
 
 from tasks.config import ModelSpec
@@ -157,6 +159,12 @@ async def run_calls(gw, kinds: list[JudgeKind]) -> None:
         kind.results, off = list(results[off:off + kind.n_calls]), off + kind.n_calls
     for kind in kinds:
         kind.settle(await kind.revise(gw, kind.first_answers()))
+
+
+def set_hash(doc) -> str:
+    """The 16 hex digits of a judgment (or verdict) set id: sha256 of the sorted-key JSON. Set
+    ids are stored and read by the views, so this recipe never changes."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:

@@ -40,7 +40,7 @@ from tasks.judges.prompts import prompt_version, text_hash
 from tasks.judges.benutil import (  # noqa: F401
     BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
 )
-from tasks.judges.protocol import JudgeKind, keep_first, run_calls
+from tasks.judges.protocol import JudgeKind, keep_first, run_calls, set_hash
 from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
 
 # What a judge that sees the history reads in place of a blocked turn without text.
@@ -70,13 +70,9 @@ def _judge_identity(spec: ModelSpec) -> dict:
             "structured": spec.structured}
 
 
-def _hash(doc) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def checklist_set_version(versions: dict[str, str]) -> str:
     """One version for the per-query checklist versions a Ben-Util set uses."""
-    return _hash(sorted(versions.items()))
+    return set_hash(sorted(versions.items()))
 
 
 def set_id(kind: str, specs: list[ModelSpec], prompt_ver: str, checklist_version: str | None,
@@ -85,7 +81,7 @@ def set_id(kind: str, specs: list[ModelSpec], prompt_ver: str, checklist_version
            "checklist": checklist_version, "history": sees_history}
     if quote_choices:  # only when set: every set made before the option keeps its id
         doc["quote_choices"] = True
-    return kind + "-" + _hash(doc)
+    return kind + "-" + set_hash(doc)
 
 
 @dataclass
