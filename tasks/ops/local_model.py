@@ -207,6 +207,25 @@ def status(home: Path) -> dict | None:
     return record if _answers(int(record["port"])) else None
 
 
+def _server_command(server: str, module: str, config: Path, model: str, port: int,
+                    n_ctx: int, threads: int) -> list[str]:
+    """Write the server's config file and return the command that starts it."""
+    if server == "xllamacpp":
+        write_json_atomic(config, {
+            "host": HOST, "port": port, "model": model, "model_alias": MODEL_ALIAS,
+            "n_ctx": n_ctx, "threads": threads, "parallel": PARALLEL})
+        return [sys.executable, "-m", module, str(config)]
+    # Two aliases of one model, chat and embeddings, need llama-cpp-python's config file (its
+    # command line describes one model). No chat_format: it then formats chats with the
+    # GGUF's template. The chat model is listed first: the default.
+    common = {"model": model, "n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads}
+    write_json_atomic(config, {
+        "host": HOST, "port": port,
+        "models": [{**common, "model_alias": MODEL_ALIAS},
+                   {**common, "model_alias": EMBED_ALIAS, "embedding": True}]})
+    return [sys.executable, "-m", module, "--config_file", str(config)]
+
+
 def start(home: Path, port: int | None = None, model_path: str | None = None,
           n_ctx: int = 4096, threads: int | None = None, timeout_s: float = 180) -> dict:
     """Start the local server (or return the live one already recorded) and wait until ready.
@@ -245,23 +264,8 @@ def start(home: Path, port: int | None = None, model_path: str | None = None,
         # core free. The xllamacpp server takes them all: the pipeline mostly waits on it,
         # and the demo's checklist stage took 47 s with 2 threads against 72 s with 1 (2 cores).
         threads = threads or max(1, (os.cpu_count() or 2) - (server != "xllamacpp"))
-        config = d / "server-config.json"
-        if server == "xllamacpp":
-            write_json_atomic(config, {
-                "host": HOST, "port": port, "model": model, "model_alias": MODEL_ALIAS,
-                "n_ctx": n_ctx, "threads": threads, "parallel": PARALLEL})
-        else:
-            # Two aliases of one model, chat and embeddings, need llama-cpp-python's config
-            # file (its command line describes one model). No chat_format: it then formats
-            # chats with the GGUF's template. The chat model is listed first: the default.
-            common = {"model": model, "n_ctx": n_ctx, "n_threads": threads,
-                      "n_threads_batch": threads}
-            write_json_atomic(config, {
-                "host": HOST, "port": port,
-                "models": [{**common, "model_alias": MODEL_ALIAS},
-                           {**common, "model_alias": EMBED_ALIAS, "embedding": True}]})
-        cmd = [sys.executable, "-m", module] + (
-            [str(config)] if server == "xllamacpp" else ["--config_file", str(config)])
+        cmd = _server_command(server, module, d / "server-config.json", model, port, n_ctx,
+                              threads)
         log = d / "server.log"
         with open(log, "ab") as out:
             out.write(f"\n=== {datetime.now(timezone.utc).isoformat()} {' '.join(cmd)}\n".encode())
