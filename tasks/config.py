@@ -158,7 +158,7 @@ ModelsConfig = create_model(
 
 
 class Config(_Strict):
-    model_config = ConfigDict(**_Strict.model_config, serialize_by_alias=True)
+    model_config = ConfigDict(serialize_by_alias=True)  # merged with _Strict's: "flows" stored
     # The benchmark this config runs: tasks/benchmarks/<name>/spec.yaml by name, or a path to a spec YAML.
     benchmark: str = DEFAULT_BENCHMARK
     home: str = ".carryon"
