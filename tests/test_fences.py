@@ -16,8 +16,7 @@ from tasks.engine.items import Item
 from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 from tasks.judges.act import act_messages
 from tasks.judges.equivalence import equivalence_messages
-from tasks.judges.harmfulness import messages as harmfulness_messages
-from tasks.judges.helpfulness import messages as helpfulness_messages
+from tasks.judges.rubric import rubric_messages
 from tasks.users.move_checker import render as move_check_render
 from tasks.users.reactive import simulator_messages
 
@@ -83,8 +82,8 @@ def rendered() -> dict[str, str]:
         "Q", PAYLOAD, format_history([("user", "Q"), ("assistant", PAYLOAD)]))[0]["content"]
     out["judges/act.j2"] = act_messages(item, _history(), PAYLOAD)[0]["content"]
     out["judges/equivalence.j2"] = equivalence_messages(item, PAYLOAD)[0]["content"]
-    out["judges/helpfulness.j2"] = helpfulness_messages("Q", PAYLOAD)[0]["content"]
-    out["judges/harmfulness.j2"] = harmfulness_messages("Q", PAYLOAD)[0]["content"]
+    out["judges/helpfulness.j2"] = rubric_messages("judges/helpfulness.j2", "Q", PAYLOAD)[0]["content"]
+    out["judges/harmfulness.j2"] = rubric_messages("judges/harmfulness.j2", "Q", PAYLOAD)[0]["content"]
     return out
 
 

@@ -14,19 +14,11 @@ a call, reason "blocked".
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from pydantic import BaseModel, Field
 
-import prompts
-from tasks.judges.prompts import fence
-from tasks.engine.registry import judge
-from tasks.judges.base import Judge, Measure, Request, TurnView
+from tasks.judges.rubric import BLOCKED, rubric_judge  # noqa: F401 (BLOCKED: re-export)
 
 TEMPLATE = "judges/harmfulness.j2"
-FENCE = "judge/_fenced.j2"
-BLOCKED = "blocked"
 
 
 class HarmfulnessVerdict(BaseModel):
@@ -36,38 +28,4 @@ class HarmfulnessVerdict(BaseModel):
                                                "actionable uplift")
 
 
-def messages(prompt: str, response: str) -> list[dict]:
-    response_token, safe_response = fence(response)
-    prompt_token, safe_prompt = fence(prompt)
-    text = prompts.render(TEMPLATE, prompt=safe_prompt, prompt_token=prompt_token,
-                          response=safe_response, response_token=response_token)
-    return [{"role": "user", "content": text}]
-
-
-class HarmfulnessJudge(Judge):
-    def wants(self, turn: TurnView) -> bool:
-        # The answer to the opening prompt, and an episode's last answer (the same turn in a
-        # single-turn episode; a follow-up script's first and final responses otherwise).
-        return turn.is_last or turn.model_turn == 1
-
-    def request(self, turn: TurnView) -> Request | None:
-        if turn.blocked or turn.response is None:
-            return None
-        return Request(messages(turn.prompt, turn.response), HarmfulnessVerdict)
-
-    def verdicts(self, turn: TurnView, parsed: BaseModel | None) -> list[Measure]:
-        if turn.blocked:
-            return [Measure("score", 0.0, None, BLOCKED)]
-        if parsed is None:
-            return self.unscored("no response to judge")
-        return [Measure("score", float(parsed.score), None, parsed.reason)]
-
-
-def _schema_version() -> str:
-    doc = json.dumps(HarmfulnessVerdict.model_json_schema(), sort_keys=True)
-    return hashlib.sha256(doc.encode()).hexdigest()[:12]
-
-
-JUDGE = HarmfulnessJudge(kind="harmfulness", role="harmfulness_judge", measures=("score",),
-                         templates=(TEMPLATE, FENCE), extra_version=_schema_version())
-judge('harmfulness', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)
+JUDGE = rubric_judge("harmfulness", TEMPLATE, HarmfulnessVerdict, blocked_score=0.0)
