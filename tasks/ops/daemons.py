@@ -3,6 +3,7 @@ and the Prefect server with its workers): their JSON records, log tails and free
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,6 +27,32 @@ def write_json_atomic(path: Path, record: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def ours_alive(pid: int, markers: tuple[bytes, ...]) -> bool:
+    """True if pid is a live (non-zombie) process whose command line holds one of
+    ``markers`` (where /proc exists): the check guards against pid reuse, so we never signal
+    a stranger. Reaps the process first if it is our own child (else it lingers as a zombie)."""
+    if pid <= 0:
+        return False  # never os.kill(0 or -1, ...): those mean "process group" / "everyone"
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by someone else; the command line decides
+    proc = Path(f"/proc/{pid}")
+    if not proc.exists():
+        return True  # no /proc (macOS): trust the pid
+    try:
+        if (proc / "stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False  # zombie: dead, just not reaped
+        cmdline = (proc / "cmdline").read_bytes()
+        return any(marker in cmdline for marker in markers)
+    except (OSError, IndexError):
+        return False
 
 
 def log_tail(log: Path, n: int = 25) -> str:

@@ -41,7 +41,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks.ops.daemons import port_free, read_json, wait_ready, write_json_atomic
+from tasks.ops.daemons import ours_alive, port_free, read_json, wait_ready, write_json_atomic
 
 # The port every shipped config (configs/*.yaml: api_base http://127.0.0.1:8765/v1), the
 # README and scripts/demo.sh use: `carryon local-model start` takes it unless told otherwise.
@@ -98,36 +98,9 @@ def _remove_record(home: Path) -> None:
 
 # ------------------------------------------------------------------ process checks
 
-def _reap(pid: int) -> None:
-    """Collect the exit status if the server is our own child (else it stays a zombie)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
 def _is_our_server(pid: int) -> bool:
-    """True if pid is alive and (where /proc exists) really is one of our servers.
-
-    The cmdline check guards against pid reuse: we never signal a stranger.
-    """
-    if pid <= 0:
-        return False  # never os.kill(0 or -1, ...): those mean "process group" / "everyone"
-    _reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, owned by someone else; the cmdline check decides
-    proc = Path(f"/proc/{pid}")
-    if not proc.exists():
-        return True  # no /proc (macOS): trust the pid
-    try:
-        if (proc / "stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False  # zombie: dead, just not reaped
-        cmdline = (proc / "cmdline").read_bytes()
-        return any(marker in cmdline for *_, marker in _BACKENDS)
-    except (OSError, IndexError):
-        return False
+    """True if pid is alive and really is one of our servers (its command line says so)."""
+    return ours_alive(pid, tuple(marker for *_, marker in _BACKENDS))
 
 
 def _answers(port: int, timeout: float = 2.0) -> bool:

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks.ops.daemons import (  # noqa: F401 (free_port is API)
-    free_port, log_tail, read_json, wait_ready, write_json_atomic,
+    free_port, log_tail, ours_alive, read_json, wait_ready, write_json_atomic,
 )
 
 HOST = "127.0.0.1"
@@ -79,25 +79,7 @@ def _write_state(home: Path, state: dict) -> None:
 
 def _alive(pid: int) -> bool:
     """True if pid is a live (non-zombie) process started from prefect (guards pid reuse)."""
-    if pid <= 0:
-        return False  # never signal 0 or -1: they mean "my group" / "everyone"
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap our own child so it does not linger as a zombie
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    proc = Path(f"/proc/{pid}")
-    if not proc.exists():
-        return True  # no /proc (macOS): trust the pid
-    try:
-        if (proc / "stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-        return b"prefect" in (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
-        return False
+    return ours_alive(pid, (b"prefect",))
 
 
 def _group_alive(pgid: int) -> bool:
