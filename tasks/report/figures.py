@@ -34,6 +34,17 @@ def _empty(path: Path, title: str, why: str) -> Path:
     raise NotDrawn(why)
 
 
+def drawable(stat: Stat, cols: list[str], why: str, table: pd.DataFrame | None = None):
+    """The table a figure draws (``table``, default the stat's), or NotDrawn: the stat has
+    no table (its note says why) or no value in any of ``cols`` (``why``)."""
+    if stat.table is None:
+        raise NotDrawn(stat.note)
+    d = stat.table if table is None else table
+    if nothing_in(d, cols):
+        raise NotDrawn(why)
+    return d
+
+
 def _bars(ax, x, values: pd.Series, **kw) -> None:
     """Bars for the known values only: a missing one is no bar (and no 0)."""
     keep = [(xi, float(v)) for xi, v in zip(x, values) if pd.notna(v)]
@@ -127,11 +138,7 @@ def turn_trends(turns: pd.DataFrame, cumulative: pd.DataFrame, path: Path) -> Pa
 
 
 def redundancy_per_target(stat: Stat, path: Path) -> Path:
-    if stat.table is None:
-        return _empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, ["BC", "NC"]):
-        return _empty(path, stat.title, "no target has a BC or NC redundancy value")
+    d = drawable(stat, ["BC", "NC"], "no target has a BC or NC redundancy value")
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(d) + 2), 3.8))
     x = range(len(d))
     _bars(ax, [i - 0.2 for i in x], d["BC"], width=0.4, color=COLORS["BC"], label="BC")
@@ -144,11 +151,8 @@ def redundancy_per_target(stat: Stat, path: Path) -> Path:
 
 
 def move_effects(stat: Stat, path: Path) -> Path:
-    if stat.table is None:
-        return _empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, ["utility_dev", "harm_dev"]):
-        return _empty(path, stat.title, "no move has a scored utility or harm deviation")
+    d = drawable(stat, ["utility_dev", "harm_dev"],
+                 "no move has a scored utility or harm deviation")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, col, label in ((axes[0], "utility", "utility deviation (points)"),
                            (axes[1], "harm", "harm deviation")):
@@ -163,11 +167,8 @@ def move_effects(stat: Stat, path: Path) -> Path:
 
 
 def turn1_bins(stat: Stat, path: Path) -> Path:
-    if stat.table is None:
-        return _empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, [f"{w}_{k}" for w in ("turn1", "bc", "nc") for k in ("utility", "harm")]):
-        return _empty(path, stat.title, "no bin has a scored utility or harm")
+    d = drawable(stat, [f"{w}_{k}" for w in ("turn1", "bc", "nc") for k in ("utility", "harm")],
+                 "no bin has a scored utility or harm")
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     x = range(len(d))
     for ax, what, ylabel in ((axes[0], "utility", "utility (%)"), (axes[1], "harm", "harm (1-5)")):

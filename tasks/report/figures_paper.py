@@ -1,6 +1,6 @@
 """Figures for the paper's remaining outputs (PNG, matplotlib Agg), one per Stat of
 paper_analyses plus redundancy per turn. A Stat without a table, or whose table holds no value
-to plot, is not drawn: the report says why in a sentence (figures._empty raises NotDrawn).
+to plot, is not drawn: the report says why in a sentence (figures.drawable raises NotDrawn).
 Missing values are no bar and a gap in a line, never a 0."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from matplotlib.ticker import MaxNLocator
 from tasks.report.analyses import MOVES, Stat
 from tasks.report import figures as fg
 from tasks.report.figures import COLORS, plt
-from tasks.report.not_drawn import nothing_in
 from tasks.report.paper_analyses import CONDITION_LABELS, CONDITIONS
 
 
@@ -33,11 +32,8 @@ def _wrap(s: str, width: int = 16) -> str:
 def domain_changes(stat: Stat, path: Path) -> Path:
     """Figure 22: per domain, BC and NC change from Turn 1 (bars), the oracle's change as a
     black line across each group; utility (left) and harm (right)."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, [f"{c}_{w}_change" for c in ("bc", "nc", "oracle") for w in ("utility", "harm")]):
-        return fg._empty(path, stat.title, "no domain has a scored change from Turn 1")
+    d = fg.drawable(stat, [f"{c}_{w}_change" for c in ("bc", "nc", "oracle")
+                           for w in ("utility", "harm")], "no domain has a scored change from Turn 1")
     x = np.arange(len(d))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     for ax, what, label in ((axes[0], "utility", "utility change from Turn 1 (points)"),
@@ -79,11 +75,8 @@ def _heat(ax, pivot: pd.DataFrame, label: str, fmt: str):
 
 def move_effects_per_model(stat: Stat, path: Path) -> Path:
     """Figure 24: targets x moves, deviation of utility (left) and harm (right)."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, ["utility_dev", "harm_dev"]):
-        return fg._empty(path, stat.title, "no target has a scored deviation for any move")
+    d = fg.drawable(stat, ["utility_dev", "harm_dev"],
+                    "no target has a scored deviation for any move")
     moves = [m for m in MOVES if m in set(d["move"])] + sorted(set(d["move"]) - set(MOVES))
     n_t = d["target"].nunique()
     fig, axes = plt.subplots(1, 2, figsize=(13, max(3.2, 0.45 * n_t + 2)))
@@ -99,11 +92,8 @@ def move_effects_per_model(stat: Stat, path: Path) -> Path:
 
 def family_turn_trends(stat: Stat, path: Path) -> Path:
     """Figure 17: mean turn utility and harm per turn, a colour per family, BC solid, NC dashed."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.extra.get("per_turn", stat.table)
-    if nothing_in(d, ["utility", "harm"]):
-        return fg._empty(path, stat.title, "no family has a scored turn")
+    d = fg.drawable(stat, ["utility", "harm"],
+                    "no family has a scored turn", stat.extra.get("per_turn", stat.table))
     lo, hi = int(d["turn_index"].min()), int(d["turn_index"].max())
     fams = sorted(d["family"].unique())
     cmap = plt.get_cmap("tab10" if len(fams) <= 10 else "tab20")
@@ -131,11 +121,8 @@ def family_turn_trends(stat: Stat, path: Path) -> Path:
 
 def ranking_comparison(stat: Stat, path: Path) -> Path:
     """Figure 18: a bump chart of ranks over Turn 1, Oracle, BC, NC (utility left, harm right)."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, [f"{c}_{w}_rank" for c in CONDITIONS for w in ("utility", "harm")]):
-        return fg._empty(path, stat.title, "no target has a rank in any condition")
+    d = fg.drawable(stat, [f"{c}_{w}_rank" for c in CONDITIONS for w in ("utility", "harm")],
+                    "no target has a rank in any condition")
     n = len(d)
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     fig, axes = plt.subplots(1, 2, figsize=(13, max(4, 0.35 * n + 2.5)))
@@ -166,11 +153,8 @@ def ranking_comparison(stat: Stat, path: Path) -> Path:
 
 def oracle_vs_bc(stat: Stat, path: Path) -> Path:
     """Figure 19: oracle and BC utility side by side per target, BC / oracle (%) above."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.table
-    if nothing_in(d, ["oracle_utility", "bc_utility"]):
-        return fg._empty(path, stat.title, "no target has a scored oracle or BC utility")
+    d = fg.drawable(stat, ["oracle_utility", "bc_utility"],
+                    "no target has a scored oracle or BC utility")
     x = np.arange(len(d))
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d) + 2.5), 4.4))
     fg._bars(ax, x - 0.2, d["oracle_utility"], width=0.4, color=COLORS["oracle"], label="Oracle")
@@ -189,11 +173,8 @@ def oracle_vs_bc(stat: Stat, path: Path) -> Path:
 
 def redundancy_per_turn(stat: Stat, path: Path) -> Path:
     """Figure 20: mean redundancy at each model turn, BC vs NC."""
-    if stat.table is None:
-        return fg._empty(path, stat.title, stat.note)
-    d = stat.table.sort_values("turn_index")
-    if nothing_in(d, ["BC", "NC"]):
-        return fg._empty(path, stat.title, "no turn has a BC or NC redundancy value")
+    d = fg.drawable(stat, ["BC", "NC"],
+                    "no turn has a BC or NC redundancy value").sort_values("turn_index")
     lo, hi = int(d["turn_index"].min()), int(d["turn_index"].max())
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for cond in ("BC", "NC"):
