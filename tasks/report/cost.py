@@ -15,7 +15,6 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.report.analyses import Stat
-from tasks.report.judging import _has_column
 
 TITLE = "Cost: as billed and as planned"
 
@@ -25,13 +24,10 @@ def load(wh, run_id: str | None) -> dict:
 
     rows = wh.query("SELECT config_json FROM runs WHERE run_id = ?", [run_id]) if run_id else []
     config = json.loads(rows[0]["config_json"] or "{}") if rows else {}
-    # Older warehouses lack the batch and cached-token columns: counted as none.
-    batch = "count(batch_id)" if _has_column(wh, "llm_calls", "batch_id") else "0"
-    cached = "sum(coalesce(cached_tokens, 0))" if _has_column(wh, "llm_calls", "cached_tokens") else "0"
     actual = wh.df(
         f"SELECT role, model, count(*) AS requests, "
-        f"count(*) FILTER (WHERE run_id = ?) AS requests_this_run, {batch} AS batched, "
-        f"sum(prompt_tokens) AS prompt_tokens, {cached} AS cached_tokens, "
+        f"count(*) FILTER (WHERE run_id = ?) AS requests_this_run, count(batch_id) AS batched, "
+        f"sum(prompt_tokens) AS prompt_tokens, sum(coalesce(cached_tokens, 0)) AS cached_tokens, "
         f"sum(cost_usd) AS cost_usd, sum(cost_usd) FILTER (WHERE run_id = ?) AS cost_this_run "
         f"FROM llm_calls WHERE NOT cache_hit GROUP BY role, model ORDER BY role, model",
         [run_id, run_id])

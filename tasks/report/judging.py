@@ -25,11 +25,6 @@ EVIDENCE_REASON = "evidence_not_in_response"
 BLOCKED_REASON = "blocked"
 
 
-def _has_column(wh, table: str, column: str) -> bool:
-    return bool(wh.query("SELECT count(*) AS n FROM information_schema.columns "
-                         "WHERE table_name = ? AND column_name = ?", [table, column])[0]["n"])
-
-
 def load(wh, run_id: str | None = None) -> dict:
     """Everything this section needs, as DataFrames (``run_id`` narrows the call table to one
     run; the judgment tables are the selected sets of rule R1, whatever run wrote them)."""
@@ -52,25 +47,18 @@ def load(wh, run_id: str | None = None) -> dict:
         "    ON ij.judgment_set_id = v.judgment_set_id AND ij.conversation_id = v.conversation_id "
         "   AND ij.position = v.position AND ij.item_id = v.item_id"
         ") GROUP BY judge ORDER BY judge")
-    if _has_column(wh, "turns", "blocked"):
-        out["blocked"] = wh.df(
-            "SELECT c.target, count(*) AS n_model_turns, "
-            "  count(*) FILTER (WHERE coalesce(t.blocked, false)) AS n_blocked, "
-            "  count(DISTINCT c.conversation_id) FILTER (WHERE coalesce(t.blocked, false)) "
-            "    AS n_conversations_with_block "
-            "FROM turns t JOIN conversations c USING (conversation_id) "
-            "WHERE t.role = 'assistant' GROUP BY c.target ORDER BY c.target")
-    else:  # a warehouse from before blocked turns were stored: none were
-        out["blocked"] = wh.df(
-            "SELECT c.target, count(*) AS n_model_turns, 0 AS n_blocked, "
-            "  0 AS n_conversations_with_block "
-            "FROM turns t JOIN conversations c USING (conversation_id) "
-            "WHERE t.role = 'assistant' GROUP BY c.target ORDER BY c.target")
-    reasoning = ("coalesce(sum(reasoning_tokens), 0)" if _has_column(wh, "llm_calls", "reasoning_tokens")
-                 else "0")
+    # (Warehouse.init gives an older warehouse every newer column, as NULL: not blocked.)
+    out["blocked"] = wh.df(
+        "SELECT c.target, count(*) AS n_model_turns, "
+        "  count(*) FILTER (WHERE coalesce(t.blocked, false)) AS n_blocked, "
+        "  count(DISTINCT c.conversation_id) FILTER (WHERE coalesce(t.blocked, false)) "
+        "    AS n_conversations_with_block "
+        "FROM turns t JOIN conversations c USING (conversation_id) "
+        "WHERE t.role = 'assistant' GROUP BY c.target ORDER BY c.target")
     where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
     out["reasoning"] = wh.df(
-        f"SELECT role, model, count(*) AS n_calls, {reasoning} AS reasoning_tokens, "
+        "SELECT role, model, count(*) AS n_calls, "
+        "  coalesce(sum(reasoning_tokens), 0) AS reasoning_tokens, "
         "  count(*) FILTER (WHERE error LIKE 'reasoning_exhausted:%') AS n_reasoning_exhausted, "
         "  count(*) FILTER (WHERE error LIKE 'content_blocked:%') AS n_content_blocked "
         f"FROM llm_calls {where} GROUP BY role, model ORDER BY role, model", params)

@@ -158,17 +158,11 @@ def write_sets(wh, rows: list[dict]) -> None:
 
 
 # ----- one batch ------------------------------------------------------------------------------
-def _has_column(wh, table: str, column: str) -> bool:
-    return bool(wh.query("SELECT count(*) AS n FROM information_schema.columns "
-                         "WHERE table_name = ? AND column_name = ?", [table, column])[0]["n"])
-
-
 def _load_batch(wh, conversation_ids: list[str]):
-    # turns.blocked: a target turn the provider refused to produce (NULL/absent = not blocked).
-    blocked = "coalesce(t.blocked, false)" if _has_column(wh, "turns", "blocked") else "false"
+    # turns.blocked: a target turn the provider refused to produce (NULL = not blocked).
     turns = wh.query(
         "SELECT t.conversation_id, t.position, t.role, t.model_turn, t.content, c.query_id, "
-        f"{blocked} AS blocked "
+        "coalesce(t.blocked, false) AS blocked "
         "FROM turns t JOIN conversations c USING (conversation_id) "
         "WHERE list_contains(?, t.conversation_id) ORDER BY t.conversation_id, t.position",
         [conversation_ids])
