@@ -23,17 +23,10 @@ import pandas as pd
 from tasks.report.analyses import MOVES, Stat
 
 
-def _has(wh, table: str, column: str | None = None) -> bool:
-    rows = wh.query("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table])
-    return bool(rows) and (column is None or any(r["column_name"] == column for r in rows))
-
-
 def load(wh) -> dict:
     """turns: one dict per distinct checked user turn (target, move, attempts, first_passed,
     final_passed); conversations: per (target, condition) the conversations, flagged and
     excluded counts, over the conversations that had a checked turn."""
-    if not _has(wh, "move_checks") or not _has(wh, "conversations", "move_check_failed"):
-        return {"turns": [], "conversations": []}
     turns = wh.query(
         "WITH t AS ("
         "  SELECT c.target, m.conversation_id, m.position, any_value(m.move) AS move, count(*) AS attempts,"
