@@ -30,11 +30,6 @@ SIZE_BINS = (("1-6", 1, 6), ("7-10", 7, 10), ("11-14", 11, 14), ("15-18", 15, 18
 STEP_ORDER = ("intent", "ensemble", "guard", "decompose", "merge", "misuse")
 
 
-def _columns(wh, table: str) -> set[str]:
-    return {r["column_name"] for r in wh.query(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table])}
-
-
 def dropped_queries(wh) -> list[dict]:
     """The queries the checklist stage dropped, in step order: query_id, the query's category,
     the step and the reason (from ``checklist_queries``, written by the latest run that
@@ -56,11 +51,10 @@ def load(wh) -> dict:
     dropped: ``dropped_queries(wh)``;
     answers: ensemble answers not used, by reason (harmful response, refusal, both, no verdict,
     truncated, failed call)."""
-    capped = "cq.capped_from" if "capped_from" in _columns(wh, "checklist_queries") else "NULL"
     per_query = wh.query(
         "WITH cur AS (SELECT query_id, checklist_version, n_items FROM checklists "
         "  QUALIFY row_number() OVER (PARTITION BY query_id ORDER BY created DESC) = 1) "
-        f"SELECT cur.query_id, cur.checklist_version, cur.n_items, {capped} AS capped_from "
+        "SELECT cur.query_id, cur.checklist_version, cur.n_items, cq.capped_from "
         "FROM cur LEFT JOIN checklist_queries cq USING (query_id) ORDER BY cur.query_id")
     categories = wh.query(
         "WITH cur AS (SELECT query_id, checklist_version FROM checklists "

@@ -225,10 +225,7 @@ def _guarded_load(name: str, fn, wh, run_id) -> dict:
 def _queries(wh: Warehouse) -> pd.DataFrame:
     """query_id, category and domain of each query (domain NULL in a warehouse written before
     queries had one; the per-domain analysis then maps the category name)."""
-    cols = {r["column_name"] for r in wh.query(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'queries'")}
-    dom = "domain" if "domain" in cols else "NULL AS domain"
-    return wh.df(f"SELECT query_id, category, {dom} FROM queries")
+    return wh.df("SELECT query_id, category, domain FROM queries")
 
 
 def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
