@@ -29,11 +29,10 @@ from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import ModelLimits
 # CallResult lives in result.py (batch.py builds them too); re-exported here, where callers import it.
 from tasks.gateway.result import CallResult
-# The litellm helpers; re-exported here, where the plan, tests and benchmarks import them.
+# The litellm helpers (_litellm and parse_structured re-exported: benchmarks and tests import
+# them from here).
 from tasks.gateway.transport import (  # noqa: F401
-    _FENCE, _SAFETY_MARKS, Failure, Reply, _is_safety_block, _litellm, _reasoning_tokens,
-    _retry_after, _schema_json, _supported_params, _with_schema_instructions, parse_structured,
-    request_kwargs, response_format_for, schema_doc, send,
+    Failure, Reply, _litellm, parse_structured, request_kwargs, schema_doc, send,
 )
 from tasks.gateway.shared_limits import shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
@@ -327,23 +326,21 @@ class Gateway:
         self._record(role, spec, r)
         return r
 
-    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
+    def _known(self, key, role, spec, messages, prompt, schema) -> CallResult | None:
+        """The cached answer, or the remembered failure, of ``key``; None: it must be sent."""
         hit = self._hit(key, role, spec, messages, prompt, schema)
-        if hit is not None:
-            return hit
-        remembered = self._remembered(key, role, spec)
-        if remembered is not None:
-            return remembered
+        return hit if hit is not None else self._remembered(key, role, spec)
+
+    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
+        known = self._known(key, role, spec, messages, prompt, schema)
+        if known is not None:
+            return known
         # One process per call in flight (claims.py): another run on this cache sending the
         # same request is waited for, and its stored answer read instead of paying twice.
         async with self.claims.hold(key) as waited:
-            if waited:
-                hit = self._hit(key, role, spec, messages, prompt, schema)
-                if hit is not None:
-                    return hit
-                remembered = self._remembered(key, role, spec)
-                if remembered is not None:
-                    return remembered
+            known = self._known(key, role, spec, messages, prompt, schema) if waited else None
+            if known is not None:
+                return known
             r = await self._request(key, spec, role, messages, prompt, schema)
             self._store(key, spec, role, r)
         self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
@@ -374,17 +371,14 @@ class Gateway:
                     return self._fail(r, started, api_key, "context_exceeded", got.text)
                 if got.group == "blocked":
                     return self._fail(r, started, api_key, "content_blocked", got.text)
-                if got.group == "transient":
+                if got.group in ("transient", "server"):  # retried, on one count
                     transport_failures += 1
-                    if transport_failures > spec.max_retries:
+                    if transport_failures <= spec.max_retries:
+                        await asyncio.sleep(self._backoff(transport_failures, got.retry_after))
+                        continue
+                    if got.group == "transient":
                         r.connect_failed = got.connect
                         return self._fail(r, started, api_key, "retries_exhausted", got.text)
-                    await asyncio.sleep(self._backoff(transport_failures, got.retry_after))
-                    continue
-                if got.group == "server" and transport_failures < spec.max_retries:
-                    transport_failures += 1
-                    await asyncio.sleep(self._backoff(transport_failures, got.retry_after))
-                    continue
                 return self._fail(r, started, api_key, "api_error", got.text)
 
             decided, convo = judge(r, got, got.content, spec=spec, messages=messages, convo=convo,
