@@ -11,7 +11,9 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.benchmarks.carryon.checklists import build_batch, resolve_roles, stage_stats
+from tasks.benchmarks.carryon.checklist_stats import stage_stats
+from tasks.benchmarks.carryon.checklist_roles import resolve_roles
+from tasks.benchmarks.carryon.checklists import build_batch
 from tasks.benchmarks.carryon.queries import run_queries
 from tasks.engine.stage import run_batches
 from tasks.engine.progress import Progress

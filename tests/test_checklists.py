@@ -12,7 +12,8 @@ from aiohttp import web
 
 from prompts import render
 from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, merge_model, misuse_model, parse_wildguard
-from tasks.benchmarks.carryon.checklists import build_batch, checklist_version, stage_stats
+from tasks.benchmarks.carryon.checklist_stats import stage_stats
+from tasks.benchmarks.carryon.checklists import build_batch, checklist_version
 from tasks.config import ConfigError
 from tasks.benchmarks.carryon.queries import QueryRow, run_queries
 from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
@@ -311,7 +312,7 @@ def test_sorrybench_query_gets_query_only_intent(write_config, llm_server):
 
 
 def test_roles_that_cannot_work_fail_before_writing(write_config, llm_server):
-    from tasks.benchmarks.carryon.checklists import resolve_roles
+    from tasks.benchmarks.carryon.checklist_roles import resolve_roles
     from tasks.config import load_config
 
     with pytest.raises(ConfigError, match="min_harmless: 4 exceeds the 3 ensemble"):
@@ -492,7 +493,7 @@ def test_truncation_rule_on_call_results():
 
 
 def test_role_token_budgets(write_config, llm_server, tmp_path):
-    from tasks.benchmarks.carryon.checklists import ROLE_MAX_TOKENS, resolve_roles
+    from tasks.benchmarks.carryon.checklist_roles import ROLE_MAX_TOKENS, resolve_roles
     from tasks.config import load_config
 
     cfg = base_config(llm_server.api_base, tmp_path / "home")

@@ -30,7 +30,6 @@ latest run that processed the query.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -40,56 +39,9 @@ from prompts import render
 from tasks.benchmarks.carryon.checklist_models import (
     ITEM_CATEGORIES, Decomposition, GuardChat, merge_model, misuse_model, parse_wildguard,
 )
-from tasks.config import Config, ConfigError, ModelSpec
+from tasks.benchmarks.carryon.checklist_roles import Roles, resolve_roles
+from tasks.config import ModelSpec
 from tasks.benchmarks.carryon.intents import IntentRow, ensure_intents
-# The stage statistics are their own module; re-exported here, where the flow and tests
-# import them.
-from tasks.benchmarks.carryon.checklist_stats import STEPS, _share, stage_stats  # noqa: F401
-
-
-
-@dataclass(frozen=True)
-class Roles:
-    ensemble: list[ModelSpec]
-    guard: ModelSpec
-    decomposer: ModelSpec
-    merger: ModelSpec
-    misuse: ModelSpec
-    min_harmless: int
-    max_items: int = 23
-
-
-# Token budgets of the stage's roles when neither the role's entry nor ``models.defaults`` sets
-# ``max_tokens`` (the generic fallback, 1024, cuts a detailed answer or a long merged list).
-# A merged list of 23 items with categories and answer ids runs to about 1,500 tokens, and the
-# merger may write more before the cap; the misuse filter writes a decision and a reason per
-# item; WildGuard writes three short lines (or, in chat mode, three booleans as JSON).
-ROLE_MAX_TOKENS = {"ensemble": 2048, "wildguard": 128, "decomposer": 2048, "merger": 4096,
-                   "misuse_filter": 3072}
-
-
-def _budgeted(cfg: Config, role: str, spec: ModelSpec, entry) -> ModelSpec:
-    if entry is not None and entry.max_tokens is None and cfg.models.defaults.max_tokens is None:
-        return dataclasses.replace(spec, max_tokens=ROLE_MAX_TOKENS[role])
-    return spec
-
-
-def resolve_roles(cfg: Config) -> Roles:
-    """The stage's models; configuration mistakes that would drop every query fail here."""
-    where = cfg.source_path or "config"
-    ensemble = cfg.role_specs("ensemble")
-    names = [s.name for s in ensemble]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:  # the name is the answer id: two models under one name would overwrite each other
-        raise ConfigError(f"{where}: models.ensemble: duplicate name(s) {dup}; give each a 'name'")
-    if len(ensemble) < cfg.checklists.min_harmless:
-        raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
-                          f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")
-    ensemble = [_budgeted(cfg, "ensemble", s, e) for s, e in zip(ensemble, cfg.models.ensemble)]
-    one = {role: _budgeted(cfg, role, cfg.role_spec(role), getattr(cfg.models, role))
-           for role in ("wildguard", "decomposer", "merger", "misuse_filter")}
-    return Roles(ensemble, one["wildguard"], one["decomposer"], one["merger"],
-                 one["misuse_filter"], cfg.checklists.min_harmless, cfg.checklists.max_items)
 
 
 def checklist_version(items: list[dict]) -> str:
@@ -155,12 +107,20 @@ async def _answer(gw, spec: ModelSpec, qid: str, oracle: str):
 
 
 async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
-    """One guard verdict: harmful_* flags, kept, reason, raw, call_hash."""
+    """One guard verdict: harmful_* flags, kept, reason, raw, call_hash (WildGuard's own text
+    format, or any chat model answering the flags as JSON)."""
     if spec.mode == "wildguard":
         text = render("checklists/wildguard.j2", prompt=prompt, response=response) + "\n"
         r = await gw.text(spec, "wildguard", text)
-        if not r.ok:
-            return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
+    else:
+        msgs = [{"role": "user", "content": render("checklists/wildguard_chat.j2",
+                                                   prompt=prompt, response=response)}]
+        r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
+    if not r.ok:
+        return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
+    if spec.mode != "wildguard":
+        flags = r.parsed.model_dump()
+    else:
         try:
             v = parse_wildguard(r.content)
         except ValueError as e:
@@ -168,15 +128,7 @@ async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
                     "raw": r.content, "call_hash": r.call_hash}
         flags = {"harmful_request": v.harmful_request, "response_refusal": v.response_refusal,
                  "harmful_response": v.harmful_response}
-        raw = r.content
-    else:
-        msgs = [{"role": "user", "content": render("checklists/wildguard_chat.j2",
-                                                   prompt=prompt, response=response)}]
-        r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
-        if not r.ok:
-            return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
-        flags, raw = r.parsed.model_dump(), r.content
-    return {**flags, **guard_decision(flags), "raw": raw, "call_hash": r.call_hash}
+    return {**flags, **guard_decision(flags), "raw": r.content, "call_hash": r.call_hash}
 
 
 _VERDICTS = ("harmful response", "refusal", "harmful response; refusal")
