@@ -25,8 +25,9 @@ from tasks.gateway.batching import collector_for, progress_line
 from tasks.gateway.cache import ResponseCache
 from tasks.gateway.claims import Claims
 from tasks.gateway.junk import junk_reason
-from tasks.gateway.keys import cache_key, normalise_api_base
+from tasks.gateway.keys import cache_key
 from tasks.gateway.limits import ModelLimits
+from tasks.gateway.servers import ServerUnavailable, ServerWatch, server_of  # noqa: F401
 # CallResult lives in result.py (batch.py builds them too); re-exported here, where callers import it.
 from tasks.gateway.result import CallResult
 # The litellm helpers (_litellm and parse_structured re-exported: benchmarks and tests import
@@ -39,14 +40,6 @@ from tasks.gateway.workers import WorkerPool, worker_count
 from tasks.ops import interrupt
 
 log = logging.getLogger("carryon.gateway")
-
-
-class ServerUnavailable(Exception):
-    """A model server stopped answering: several calls in a row could not even connect.
-
-    Raised (not returned) so the run stops at once with one line, instead of every later call
-    failing slowly and every query being dropped as if the model had answered badly. What was
-    written before stays (each batch is one transaction); nothing is half-written."""
 
 
 @dataclass
@@ -99,10 +92,8 @@ class Gateway:
         self._seen: dict[str, dict] = {}  # hash -> the row's cache_hit, batch_id and _SUMMED
         self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
-        # Per server (normalised api_base, or the model string without one): calls in a row
-        # that could not connect after all their retries, and the error that tripped it.
-        self._down_count: dict[str, int] = {}
-        self._down: dict[str, str] = {}
+        # Servers that stopped answering (several calls in a row could not connect).
+        self.servers = ServerWatch(self.cfg.max_connection_failures)
 
     # ----- public API ----------------------------------------------------------------------
     async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
@@ -111,7 +102,7 @@ class Gateway:
         """One chat completion. With ``schema`` the answer is validated (``result.parsed``).
         A ``batch: true`` model's call waits for its provider batch (tasks/gateway/batching.py)
         when the run gave the gateway a warehouse to record batches in, unless ``live``."""
-        self._check_up(spec)
+        self.servers.check(spec)
         if spec.batch and self.batch_store is not None and not live:
             await interrupt.checkpoint()  # no provider batch is submitted after Ctrl-C
             return await collector_for(self).chat(spec, role, messages, schema, sample_key)
@@ -130,7 +121,7 @@ class Gateway:
     async def text(self, spec: ModelSpec, role: str, prompt: str, *,
                    sample_key: str | None = None) -> CallResult:
         """One text completion (a raw prompt, e.g. WildGuard's own format)."""
-        self._check_up(spec)
+        self.servers.check(spec)
         key = cache_key(model=spec.model, api_base=spec.api_base, messages=None, prompt=prompt,
                         params=spec.generation_params(), schema=None, structured=None,
                         sample_key=sample_key)
@@ -188,30 +179,6 @@ class Gateway:
         finally:
             del self._inflight[slot]
 
-    @staticmethod
-    def _server(spec: ModelSpec) -> str:
-        return normalise_api_base(spec.api_base) or spec.model
-
-    def _check_up(self, spec: ModelSpec) -> None:
-        down = self._down.get(self._server(spec))
-        if down is not None:
-            raise ServerUnavailable(down)
-
-    def _note_connection(self, spec: ModelSpec, r: "CallResult", connect_failed: bool) -> None:
-        """Count calls in a row that could not connect to a server; trip at the limit."""
-        server = self._server(spec)
-        if not connect_failed:
-            self._down_count[server] = 0
-            return
-        n = self._down_count.get(server, 0) + 1
-        self._down_count[server] = n
-        if n >= self.cfg.max_connection_failures and server not in self._down:
-            self._down[server] = (
-                f"model server {spec.api_base or spec.model} stopped answering: {n} calls in a "
-                f"row could not connect after {spec.max_retries} retries each (last: {r.error}); "
-                "the run stops here, what was written so far is complete")
-            raise ServerUnavailable(self._down[server])
-
     def _stat(self, role: str) -> _Stats:
         return self.stats.setdefault(role, _Stats())
 
@@ -233,7 +200,7 @@ class Gateway:
             if self.shared_limits:
                 from tasks.gateway.shared_limits import SharedLimits
 
-                lim.shared = SharedLimits(spec.model, self._server(spec), spec.max_concurrency,
+                lim.shared = SharedLimits(spec.model, server_of(spec), spec.max_concurrency,
                                           spec.rpm)
         return lim
 
@@ -343,7 +310,7 @@ class Gateway:
                 return known
             r = await self._request(key, spec, role, messages, prompt, schema)
             self._store(key, spec, role, r)
-        self._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
+        self.servers.note(spec, r)  # may raise ServerUnavailable
         return r
 
     @staticmethod

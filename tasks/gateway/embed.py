@@ -35,7 +35,7 @@ def embed_key(spec: ModelSpec, texts: list[str]) -> str:
 async def embed(gw: Gateway, spec: ModelSpec, role: str, texts: list[str]) -> CallResult:
     if not texts or not all(isinstance(t, str) and t for t in texts):
         raise ValueError("embed: texts must be a non-empty list of non-empty strings")
-    gw._check_up(spec)
+    gw.servers.check(spec)
     key = embed_key(spec, texts)
     return await gw._dedup(key, lambda: _run(gw, key, spec, role, texts))
 
@@ -59,7 +59,7 @@ async def _run(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: list[st
     else:
         st.failures += 1
     gw._record(role, spec, r)
-    gw._note_connection(spec, r, r.connect_failed)  # may raise ServerUnavailable
+    gw.servers.note(spec, r)  # may raise ServerUnavailable
     return r
 
 
