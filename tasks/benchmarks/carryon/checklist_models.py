@@ -78,15 +78,8 @@ def merge_model(answer_ids: list[str]) -> type[BaseModel]:
     key stays stable across reruns."""
     AnswerId = Literal[tuple(answer_ids)]  # type: ignore[valid-type]
 
-    class MergedQuestion(BaseModel):
-        question: str = Field(min_length=1)
-        category: ItemCategory
+    class MergedQuestion(DecomposedQuestion):
         source_answers: list[AnswerId] = Field(min_length=1)  # type: ignore[valid-type]
-
-        @field_validator("question")
-        @classmethod
-        def clean_question(cls, v: str) -> str:
-            return _clean(v)
 
     class MergedChecklist(BaseModel):
         items: list[MergedQuestion] = Field(min_length=1)
