@@ -41,7 +41,7 @@ VIEWS, ANALYSES, KEYS = ("tasks/benchmarks/carryon/views.sql", "tasks/report/ana
                          "tasks/gateway/keys.py")
 FM = "tasks/report/failure_modes.py"
 GATEWAY, VALIDATION = "tasks/gateway/client.py", "tasks/validation/report.py"
-PACIFIC, REFERENCE = "tasks/datasets/pacific.py", "tasks/judges/reference.py"
+PACIFIC, REFERENCE = "tasks/benchmarks/clarify/loader.py", "tasks/judges/reference.py"
 PAPER = "tasks/report/paper_compare.py"
 REPORT_TEST = "tests/test_report.py::test_report_model_summary_numbers_are_the_hand_computed_ones"
 

@@ -12,7 +12,7 @@ import pytest
 
 from tasks.bench import condition_rows, load_spec
 from tasks.benchmarks.carryon.queries import DataError
-from tasks.datasets import pacific
+from tasks.benchmarks.clarify import loader as pacific
 from tasks.engine.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act, equivalence, reference
@@ -501,7 +501,7 @@ def test_accuracy_paths_on_hand_written_rows(tmp_path, rename):
 
 
 def test_report_section(tmp_path):
-    from tasks.report.sections import clarify as sec
+    from tasks.benchmarks.clarify import section as sec
 
     empty = Warehouse(str(tmp_path / "empty.duckdb")).init()
     assert sec.section(empty, load_spec("clarify")).startswith("Not computed:")
@@ -518,7 +518,7 @@ def test_report_section(tmp_path):
 
 
 def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):
-    from tasks.report.sections import clarify as sec
+    from tasks.benchmarks.clarify import section as sec
 
     wh = Warehouse(str(tmp_path / "w.duckdb")).init()
     wh.write("bench_items", _items_rows()[:1])

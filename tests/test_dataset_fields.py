@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tasks.datasets import pacific
+from tasks.benchmarks.clarify import loader as pacific
 from tasks.datasets.fields import (DataError, Style, json_lines, loads, read_json, read_text,
                                    text, texts)
 from tasks.benchmarks.eyt.personas import _nemotron_rows

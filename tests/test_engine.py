@@ -331,11 +331,16 @@ def test_views_read_completed_episodes_and_the_latest_set(tmp_path):
 
 
 # ----- specs --------------------------------------------------------------------------------
+# A spec outside the project names the modules of the components it uses.
+OSI_LOADER = "components: [tasks.benchmarks.opensafeintent.loader]\n"
+
+
 def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     assert load_spec("carryon").stages == ["checklists", "simulate", "judge", "report"]
     assert load_spec("carryon").condition_names == ["BC", "NC", "oracle"]
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\nconditions: []\n")
+    bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\n"
+                   f"{OSI_LOADER}conditions: []\n")
     with pytest.raises(SpecError, match=r"bad.yaml: conditions: "):
         load_spec(str(bad))
     bad.write_text("name: bad2\ntitle: Bad\nloader: nosuchloader\nconditions: [{name: a, prompt: q}]\n")
@@ -344,7 +349,8 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
     # CarryOnBench's own judges need its judge stage: on the episode engine, one line.
-    bad.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\njudges: [benutil]\n"
+    bad.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\n"
+                   f"{OSI_LOADER}judges: [benutil]\n"
                    "conditions: [{name: a, prompt: q}]\n")
     with pytest.raises(SpecError, match=r"bad.yaml: judges\[benutil\]: judge benutil runs only "
                                         r"in stage judge, which this spec does not list"):
@@ -357,7 +363,8 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
             ("[verdicts, report]", r"stages: a benchmark has exactly one play stage \(got none\)"),
             ("[episodes, simulate]", r"stages: a benchmark has exactly one play stage"),
             ("[checklists, episodes]", None))):
-        text = f"name: bads{i}\nstages: {stages}\ncomponents: [tasks.benchmarks.carryon.stages]\n"
+        text = (f"name: bads{i}\nstages: {stages}\ncomponents: [tasks.benchmarks.carryon.stages, "
+                "tasks.benchmarks.opensafeintent.loader]\n")
         if msg is None:  # CarryOnBench's prepare stage before the episode engine's play
             (tmp_path / "mixed.yaml").write_text(text + base)
             assert load_spec(str(tmp_path / "mixed.yaml")).play_stage().name == "episodes"
@@ -371,11 +378,13 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     # Safety is any spec's: by name, with its arguments checked when the spec loads.
     good = tmp_path / "good.yaml"
     good.write_text("name: good4\ntitle: Good\nloader: opensafeintent\n"
+                    f"{OSI_LOADER}"
                     "judges: [{name: safety, args: {sees_history: true}}]\n"
                     "conditions: [{name: a, prompt: benign}]\n")
     spec = load_spec(str(good))
     assert spec.component("judge", "safety").sees_history and "safety_judge" in spec.config_roles()
     bad.write_text("name: bad5\ntitle: Bad\nloader: opensafeintent\n"
+                   f"{OSI_LOADER}"
                    "judges: [{name: safety, args: {history: yes}}]\n"
                    "conditions: [{name: a, prompt: benign}]\n")
     with pytest.raises(SpecError, match=r"bad.yaml: judges\[safety\]: args.history: "):

@@ -10,7 +10,7 @@ import pytest
 
 from tasks.config import ConfigError, load_config
 from tasks.benchmarks.carryon.queries import DataError, load_casebench, load_sorrybench
-from tasks.datasets import pacific
+from tasks.benchmarks.clarify import loader as pacific
 from tasks.input_files import InputFileError, check_input_file
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tasks.datasets import pacific
+from tasks.benchmarks.clarify import loader as pacific
 from tasks.judges.base import TurnView
 from tasks.judges.reference import JUDGE, aligned_f1, response_spans, span_set_scores
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from tasks.bench import condition_rows, load_spec
 from tasks.benchmarks.carryon.queries import DataError
-from tasks.datasets import opensafeintent as osi
+from tasks.benchmarks.opensafeintent import loader as osi
 from tasks.engine.items import Item, item_id
 from tasks.judges.prompts import fence
 from tasks.judges import harmfulness, helpfulness
@@ -347,7 +347,7 @@ def test_per_set_condition_and_domain_views(tmp_path):
 
 
 def test_report_section(tmp_path):
-    from tasks.report.sections import opensafeintent as sec
+    from tasks.benchmarks.opensafeintent import section as sec
 
     assert sec.TITLE
     empty = Warehouse(tmp_path / "empty.duckdb").init()

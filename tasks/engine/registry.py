@@ -18,7 +18,8 @@ A registration says what the component needs and nothing more:
 
 Built-in components live in one module per name (``tasks/stages/<name>.py``, ``tasks/users/<name>.py``,
 ``tasks/judges/<name>.py``, ``tasks/datasets/<name>.py``, ``tasks/targets/<name>.py``,
-``tasks/report/sections/<name>.py``): a lookup imports that module, which registers it.
+``tasks/report/sections/<name>.py``): a lookup imports that module, which registers it (every
+loader and section so far is a benchmark's own, beside its spec).
 A spec may also list its own modules (``components:``, files beside the spec or importable
 module names): they are imported when the spec loads, so a new benchmark's components need
 no edit anywhere else.

@@ -1,7 +1,7 @@
 """The report of an episode benchmark (a sister benchmark): report.md with the run, the
 models per role, episode coverage (status and termination reasons) and the spec's sections
 (registered with ``@section(name, title=...)``: ``fn(wh, spec) -> Markdown``, reading the
-spec's own views; built-in ones in ``tasks/report/sections/<name>.py``).
+spec's own views; each beside its benchmark's spec, helpers in ``tasks/report/sections/``).
 
 A section that fails is reported as such in its place (the traceback goes to the log): the
 others still appear. The report calls no model.

@@ -2,7 +2,7 @@
 
 Sources (``dataset.source`` in the config):
 
-- ``sample``     the team's built-in set (``tasks/datasets/sample_casebench.json``), written in
+- ``sample``     the team's built-in set (``tasks/benchmarks/carryon/sample.json``), written in
                  the CASE-Bench shape; the default for the demo and the tests;
 - ``casebench``  CASE-Bench's ``CASEBench_data.json`` (one JSON array, two adjacent rows per
                  query: one safe and one unsafe context);
@@ -34,7 +34,7 @@ from tasks.engine.items import in_shard
 from tasks.datasets.fields import (  # noqa: F401 - DataError, read_dataset: re-exported
     DataError, Style, json_lines, loads, read_dataset, read_json, read_text)
 
-SAMPLE_PATH = Path(__file__).parents[2] / "datasets" / "sample_casebench.json"
+SAMPLE_PATH = Path(__file__).parent / "sample.json"
 
 # The categories (ids, canonical names, domains, published spellings) live in tasks.benchmarks.carryon.categories.
 # Kept for callers that want the canonical names: id string -> name, and the set of names.

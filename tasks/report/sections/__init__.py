@@ -1,6 +1,6 @@
-"""Report sections of the episode engine's benchmarks (one module per built-in section,
-registered with ``@section(name, title=...)`` from tasks/engine/registry.py), and what every
-section needs: its spec's view prefix, reading its views without crashing on an old or sparse
+"""What every report section of the episode engine's benchmarks needs (a section is registered
+with ``@section(name, title=...)`` from tasks/engine/registry.py, beside its benchmark's
+spec): its spec's view prefix, reading its views without crashing on an old or sparse
 warehouse (or saying that nothing was played yet), a number with its count, and a Markdown
 table. A section is ``fn(wh, spec) -> Markdown``: it reads the views of the spec it is given
 (the spec's ``views.prefix``), never a benchmark's name of its own."""

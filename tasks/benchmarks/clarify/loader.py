@@ -40,7 +40,7 @@ from tasks.datasets.fields import DataError, Style, read_json, text
 from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
-SAMPLE = Path(__file__).parent / "sample_pacific.json"
+SAMPLE = Path(__file__).parent / "sample.json"
 BENCHMARK = "clarify"
 
 

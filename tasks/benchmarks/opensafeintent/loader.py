@@ -24,7 +24,7 @@ from tasks.engine.registry import loader
 from tasks.engine.items import Item, item_id
 
 BENCHMARK = "opensafeintent"
-SAMPLE = Path(__file__).resolve().parent / "sample_opensafeintent.json"
+SAMPLE = Path(__file__).resolve().parent / "sample.json"
 
 # item.prompts key -> the file's field. The three framings are required; the paraphrases not.
 FRAMINGS = {"benign": "prompt_benign", "dual_use": "prompt_dual_use",
