@@ -80,15 +80,18 @@ def table_rows(df: pd.DataFrame, headers: dict | None = None) -> tuple[list[str]
     return head, [[fmt(v, c) for v, c in zip(row, cols)] for row in df.itertuples(index=False)]
 
 
-def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+def _md_cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown table lines (a cell's pipes and line breaks escaped)."""
+    out = ["| " + " | ".join(map(_md_cell, headers)) + " |", "|" + "---|" * len(headers)]
+    return out + ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
 
 
 def md_table(df: pd.DataFrame, headers: dict | None = None) -> str:
-    head, rows = table_rows(df, headers)
-    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(md_lines(*table_rows(df, headers)))
 
 
 def stat_md(stat: Stat) -> str:

@@ -7,6 +7,8 @@ table. A section is ``fn(wh, spec) -> Markdown``: it reads the views of the spec
 
 from __future__ import annotations
 
+from tasks.report.markdown import md_lines
+
 
 def view_prefix(spec, what: str) -> str:
     """The name prefix of the spec's own views, which a section reads."""
@@ -56,11 +58,5 @@ def number(value, n=None, *, pct: bool = False, digits: int | None = None,
     return f"{text} (n={n})" if n is not None else text
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """Markdown table lines (a cell's pipes and line breaks escaped)."""
-    out = ["| " + " | ".join(map(_cell, headers)) + " |", "|" + "---|" * len(headers)]
-    return out + ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
+# A section's table: Markdown lines from headers and rows of text.
+md_table = md_lines
