@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
 from tasks.engine.items import run_items, store_items, stored_items
-from tasks.engine.stage import run_batches
+from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
 from tasks.engine.stage_errors import StageFailed, all_failed, every
@@ -26,20 +26,6 @@ def run_work(ctx) -> tuple[list, dict, list]:
     items = run_items(ctx)
     work, skipped = plan_episodes(ctx.config.spec, items, run_seats(ctx.config), ctx.config.seed)
     return items, work, skipped
-
-
-def batches(work: list, size: int) -> list[list]:
-    """Episodes in batches of whole items (at least ``size`` each, except the last)."""
-    out, cur, last = [], [], None
-    for w in work:
-        if w[0].item_id != last and len(cur) >= size:
-            out.append(cur)
-            cur = []
-        cur.append(w)
-        last = w[0].item_id
-    if cur:
-        out.append(cur)
-    return out
 
 
 def episode_keys(batch: list) -> list[list]:
@@ -65,7 +51,7 @@ async def episodes_flow(run_id: str) -> dict:
     items, work, skipped = run_work(ctx)
     store_items(ctx.warehouse, spec.name, items, ctx.run_id)
     results = await run_batches(
-        ctx, Progress("episodes", len(work), unit="episodes"), batches(work, BATCH_EPISODES),
+        ctx, Progress("episodes", len(work), unit="episodes"), whole_batches(work, BATCH_EPISODES, lambda w: w[0].item_id),
         lambda part: episode_batch_task(run_id, episode_keys(part)), in_flight=BATCHES_IN_FLIGHT)
     summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}

@@ -532,3 +532,16 @@ def test_a_registered_stop_rule_ends_the_episode_with_its_reason(monkeypatch):
     assert p.episode["termination"] == "said_done" and p.episode["status"] == "completed"
     assert [t["content"] for t in p.turns if t["role"] == "assistant"] == ["working on it",
                                                                            "done now"]
+
+
+def test_whole_batches_keep_a_group_together():
+    """Batches of at least ``size`` units that never split a group (an item's episodes, a
+    query's conversations share their first calls), counted by hand."""
+    from tasks.engine.stage import whole_batches
+
+    units = [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("b", 3), ("c", 1)]
+    assert whole_batches(units, 3, lambda u: u[0]) == [units[:5], units[5:]]
+    assert whole_batches(units, 2, lambda u: u[0]) == [units[:2], units[2:5], units[5:]]
+    assert whole_batches(units, 1, lambda u: u[0]) == [units[:2], units[2:5], units[5:]]
+    assert whole_batches(units, 10, lambda u: u[0]) == [units]
+    assert whole_batches([], 3, lambda u: u[0]) == []

@@ -10,6 +10,23 @@ import asyncio
 from typing import Awaitable, Callable
 
 
+def whole_batches(units: list, size: int, group: Callable[[object], object]) -> list[list]:
+    """Units in batches of whole groups (``group(unit)``: an item, a query), each of at least
+    ``size`` units except the last, so the units of one group (sharing their first calls)
+    are never split across batches."""
+    out, cur, last = [], [], object()
+    for u in units:
+        g = group(u)
+        if g != last and len(cur) >= size:
+            out.append(cur)
+            cur = []
+        cur.append(u)
+        last = g
+    if cur:
+        out.append(cur)
+    return out
+
+
 async def run_batches(ctx, progress, batches: list, call: Callable[[object], Awaitable],
                       count: Callable[[object, object], int] = lambda batch, _: len(batch),
                       in_flight: int | None = None) -> list:

@@ -40,6 +40,7 @@ from tasks.judges.prompts import prompt_version, text_hash
 from tasks.judges.benutil import (  # noqa: F401
     BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
 )
+from tasks.engine.stage import whole_batches
 from tasks.judges.protocol import JudgeKind, keep_first, run_calls, set_hash
 from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
 
@@ -97,16 +98,8 @@ class JudgePlan:
     def batches(self, size: int) -> list[list[str]]:
         """Conversation ids in batches of whole queries (at least ``size`` conversations each,
         except the last), so a query's shared first responses are judged once."""
-        out, cur, last_q = [], [], None
-        for cid, qid in self.conversations:
-            if qid != last_q and len(cur) >= size:
-                out.append(cur)
-                cur = []
-            cur.append(cid)
-            last_q = qid
-        if cur:
-            out.append(cur)
-        return out
+        return [[cid for cid, _ in b]
+                for b in whole_batches(self.conversations, size, lambda c: c[1])]
 
 
 def current_checklists(wh, query_ids: list[str]) -> dict[str, str]:
