@@ -531,14 +531,19 @@ def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):
     assert "n/a" in md and "Not computed" in md
 
 
-def test_sampled_act_judge_uses_the_verdicts_stage_key():
+@pytest.mark.parametrize("policy", ["reactive", "scripted_answer"])
+def test_sampled_act_judge_uses_the_verdicts_stage_key(policy):
+    """Every user policy that reads the act asks with the verdicts stage's key, so a sampled
+    act judge judges later the act the user read (scripted_answer once sent no key)."""
     from tasks.engine.verdicts import verdict_sample_key
+    from tasks.users.scripted_answer import POLICY as scripted_answer
 
     gw = _gateway(_ok_act("direct_answer"))
     env = _env(gw)
     hot = SimpleNamespace(temperature=0.7)
     env.config = SimpleNamespace(role_spec=lambda r: hot)
-    asyncio.run(reactive.POLICY.next(env, _state(_item(), "3,150")))
+    user = {"reactive": reactive.POLICY, "scripted_answer": scripted_answer}[policy]
+    asyncio.run(user.next(env, _state(_item(), "3,150")))
     assert gw.calls[0].sample_key == verdict_sample_key(hot, gw.calls[0].messages) is not None
 
 

@@ -45,6 +45,16 @@ def turn_view(state) -> TurnView:
                     is_last=False, blocked=bool(last.get("blocked")))
 
 
+async def read_act(env, turn: TurnView):
+    """The act judge's call on the target's turn: the verdicts stage's request and its sample
+    key (None at temperature 0), so the stage finds this very answer in the cache, and a
+    sampled act judge judges later the act the user read."""
+    req = act_judge.JUDGE.request(turn)
+    spec = env.spec(ACT_ROLE)
+    return await env.gateway.chat(spec, ACT_ROLE, req.messages, schema=req.schema,
+                                  sample_key=verdict_sample_key(spec, req.messages))
+
+
 def simulator_messages(item, transcript: list[dict]) -> list[dict]:
     hidden = item.hidden
     persona = hidden.get("persona") or item.meta.get("persona")
@@ -71,12 +81,7 @@ class Reactive:
         turn = turn_view(state)
         if turn.blocked or turn.response is None:
             return Stop(ANSWERED, act="refusal")
-        req = act_judge.JUDGE.request(turn)
-        spec = env.spec(ACT_ROLE)
-        # The verdicts stage's own sample key for this request (None at temperature 0), so a
-        # sampled act judge still finds the policy's answer in the cache.
-        res = await env.gateway.chat(spec, ACT_ROLE, req.messages, schema=req.schema,
-                                     sample_key=verdict_sample_key(spec, req.messages))
+        res = await read_act(env, turn)
         if not res.ok or res.parsed is None:
             return UserTurn(None, res.call_hash, error=_error(res, "act judge"),
                             error_kind=res.error_kind or "invalid_output",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from tasks.engine.registry import user_policy
 from tasks.judges import act as act_judge
 from tasks.users.base import ANSWERED, Stop, UserTurn
-from tasks.users.reactive import ACT_ROLE, turn_view
+from tasks.users.reactive import ACT_ROLE, read_act, turn_view
 
 
 @user_policy("scripted_answer", roles=(ACT_ROLE,))
@@ -26,8 +26,7 @@ class ScriptedAnswer:
         turn = turn_view(state)
         if turn.blocked or turn.response is None:
             return Stop(ANSWERED, act="refusal")
-        req = act_judge.JUDGE.request(turn)
-        res = await env.gateway.chat(env.spec(ACT_ROLE), ACT_ROLE, req.messages, schema=req.schema)
+        res = await read_act(env, turn)
         if not res.ok or res.parsed is None:
             return UserTurn(None, res.call_hash,
                             error=f"{res.error_kind}: act judge: {res.error}",

@@ -38,12 +38,11 @@ import prompts
 from tasks.benchmarks.regret.cig import Graph, Rules, reply_values
 from tasks.engine.registry import user_policy
 from tasks.judges.prompts import fence
-from tasks.judges import act as act_judge
 from tasks.judges.base import verdict_sample_key
 from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
                                  resolve_facet)
 from tasks.users.base import ANSWERED, Stop, UserTurn
-from tasks.users.reactive import ACT_ROLE, SIM_ROLE, turn_view
+from tasks.users.reactive import ACT_ROLE, SIM_ROLE, read_act, turn_view
 
 TEMPLATE = "regret/reply.j2"
 MAP_ROLE = FACET_MAPPER.name
@@ -92,10 +91,7 @@ class Responder:
                             f"rules assume max_turns {rules.max_turns}, condition "
                             f"{state.condition.name} has {state.condition.max_turns}",
                             error_kind="invalid_input")
-        req = act_judge.JUDGE.request(turn)
-        spec = env.spec(ACT_ROLE)
-        res = await env.gateway.chat(spec, ACT_ROLE, req.messages, schema=req.schema,
-                                     sample_key=verdict_sample_key(spec, req.messages))
+        res = await read_act(env, turn)
         if not res.ok or res.parsed is None:
             return _failed(res, "act judge", None, res.call_hash)
         act, act_hash = res.parsed.act, res.call_hash
