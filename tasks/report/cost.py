@@ -25,11 +25,11 @@ def load(wh, run_id: str | None) -> dict:
     rows = wh.query("SELECT config_json FROM runs WHERE run_id = ?", [run_id]) if run_id else []
     config = json.loads(rows[0]["config_json"] or "{}") if rows else {}
     actual = wh.df(
-        f"SELECT role, model, count(*) AS requests, "
-        f"count(*) FILTER (WHERE run_id = ?) AS requests_this_run, count(batch_id) AS batched, "
-        f"sum(prompt_tokens) AS prompt_tokens, sum(coalesce(cached_tokens, 0)) AS cached_tokens, "
-        f"sum(cost_usd) AS cost_usd, sum(cost_usd) FILTER (WHERE run_id = ?) AS cost_this_run "
-        f"FROM llm_calls WHERE NOT cache_hit GROUP BY role, model ORDER BY role, model",
+        "SELECT role, model, count(*) AS requests, "
+        "count(*) FILTER (WHERE run_id = ?) AS requests_this_run, count(batch_id) AS batched, "
+        "sum(prompt_tokens) AS prompt_tokens, sum(coalesce(cached_tokens, 0)) AS cached_tokens, "
+        "sum(cost_usd) AS cost_usd, sum(cost_usd) FILTER (WHERE run_id = ?) AS cost_this_run "
+        "FROM llm_calls WHERE NOT cache_hit GROUP BY role, model ORDER BY role, model",
         [run_id, run_id])
     return {"actual": actual, "plan": _plan(config)}
 
