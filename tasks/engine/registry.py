@@ -154,7 +154,9 @@ def lookup(kind: str, name: str) -> Component:
         known = sorted(n for k, n in _REGISTRY if k == kind)
         raise ComponentError(f"no {KIND_WORDS[kind]} named {name!r} (registered: "
                              f"{', '.join(known) or 'none'}; built-in ones live in "
-                             f"{PACKAGES[kind].replace('.', '/')}/<name>.py)")
+                             f"{PACKAGES[kind].replace('.', '/')}/<name>.py, a benchmark's "
+                             "own load when the spec lists their module under components:, "
+                             "e.g. tasks.benchmarks.clarify.loader)")
     return _REGISTRY[key]
 
 
