@@ -41,14 +41,15 @@ from pydantic import BaseModel, ValidationError
 
 from tasks.roles import BY_NAME, Role
 
-# kind -> the package holding its built-in components (one module per name).
+# kind -> the package holding its built-in components (one module per name); None: the kind
+# has no built-in one yet (every stop rule so far is a benchmark's own).
 PACKAGES = {
     "stage": "tasks.stages",
     "user": "tasks.users",
     "target": "tasks.targets",
     "judge": "tasks.judges",
     "loader": "tasks.datasets",
-    "stop": "tasks.stops",
+    "stop": None,
     "section": "tasks.report.sections",
 }
 KIND_WORDS = {"stage": "stage", "user": "user policy", "target": "target policy", "judge": "judge",
@@ -146,17 +147,19 @@ def lookup(kind: str, name: str) -> Component:
             raise ComponentError(f"{name!r} is not a component name")
         package = PACKAGES[kind]
         try:
-            importlib.import_module(f"{package}.{name}")
+            if package:
+                importlib.import_module(f"{package}.{name}")
         except ModuleNotFoundError as e:
             if not (e.name and (e.name == package or e.name.endswith(f"{package}.{name}"))):
                 raise
     if key not in _REGISTRY:
         known = sorted(n for k, n in _REGISTRY if k == kind)
+        where = (f"built-in ones live in {package.replace('.', '/')}/<name>.py, " if package
+                 else "")
         raise ComponentError(f"no {KIND_WORDS[kind]} named {name!r} (registered: "
-                             f"{', '.join(known) or 'none'}; built-in ones live in "
-                             f"{PACKAGES[kind].replace('.', '/')}/<name>.py, a benchmark's "
-                             "own load when the spec lists their module under components:, "
-                             "e.g. tasks.benchmarks.clarify.loader)")
+                             f"{', '.join(known) or 'none'}; {where}a benchmark's own load "
+                             "when the spec lists their module under components:, e.g. "
+                             "tasks.benchmarks.clarify.loader)")
     return _REGISTRY[key]
 
 
