@@ -23,3 +23,16 @@ def _home(config: Optional[str]) -> Path:
     if config:
         return load_config(config).home_path
     return Path(os.environ.get("CARRYON_HOME") or ".carryon")
+
+
+def _warehouse_path(config: Optional[str]) -> Path:
+    """The home's warehouse file; one line and exit 2 for a bad config or no warehouse yet."""
+    from tasks.config import ConfigError
+
+    try:
+        path = _home(config) / "warehouse.duckdb"
+    except ConfigError as e:
+        _fail(str(e))
+    if not path.exists():
+        _fail(f"{path}: no warehouse yet (run `carryon run` first)")
+    return path

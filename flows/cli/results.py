@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.common import ConfigOpt, _fail, _home
+from flows.cli.common import ConfigOpt, _fail, _warehouse_path
 from flows.cli.table import _print_table
 from tasks.config import ConfigError, load_config
 
@@ -23,12 +23,7 @@ def sql(query: str = typer.Argument(..., help="SQL to run on the warehouse (Duck
 
     from warehouse import Warehouse, WarehouseError
 
-    try:
-        path = _home(config) / "warehouse.duckdb"
-    except ConfigError as e:
-        _fail(str(e))
-    if not path.exists():
-        _fail(f"{path}: no warehouse yet (run `carryon run` first)")
+    path = _warehouse_path(config)
     try:
         rows = Warehouse(path).user_query(query, write=write)
     except WarehouseError as e:

@@ -10,27 +10,17 @@ from typing import List, Optional
 
 import typer
 
+from flows.cli.common import ConfigOpt, _fail, _warehouse_path
+
 validate_app = typer.Typer(no_args_is_help=True,
                            help="Human validation: sample, annotation pages, import, agreement report.")
 
-ConfigOpt = typer.Option(..., "--config", "-c", help="The run's YAML config file.")
-
-
-def _fail(msg: str):
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def _warehouse(config: str):
-    from tasks.config import ConfigError, load_config
     from warehouse import Warehouse, WarehouseError
 
-    try:
-        path = load_config(config).home_path / "warehouse.duckdb"
-    except ConfigError as e:
-        _fail(str(e))
-    if not path.exists():
-        _fail(f"{path}: no warehouse yet (run `carryon run` first)")
+    path = _warehouse_path(config)
     try:
         return Warehouse(path).init()  # creates the validation tables in an older warehouse
     except WarehouseError as e:

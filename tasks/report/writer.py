@@ -19,7 +19,8 @@ from tasks.report import paper_compare as pc
 from tasks.report import table2_ci as t2ci
 from tasks.report import html as html_mod
 from tasks.report import markdown as md_mod
-from tasks.report.data import ReportData, ReportError, browser_data, find_run, load
+from tasks.report.assemble import open_warehouse
+from tasks.report.data import ReportData, browser_data, find_run, load
 from tasks.report.figure_cache import draw_once
 from tasks.report.not_drawn import NotDrawn
 from tasks.report.stats_cache import stats_once
@@ -262,7 +263,7 @@ def write_report(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse
 def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None = None,
           rules: fm.FailureRules | None = None, max_conversations: int = 3000) -> tuple[Report, dict]:
     """write_report's work; also returns the Report (stats, markdown) and the browser data."""
-    wh = warehouse or _open(cfg)
+    wh = warehouse or open_warehouse(cfg)
     with wh.connect(read_only=True):  # one attachment for the ~90 reads (each alone ~8 ms)
         data = load(wh, run_id or find_run(wh, cfg))
     rules = rules or fm.FailureRules()
@@ -311,13 +312,6 @@ def restamp_status(folder: Path, run: dict) -> None:
             tmp = path.with_name(f".{name}.tmp")
             tmp.write_text(new, encoding="utf-8")
             tmp.replace(path)
-
-
-def _open(cfg: Config) -> Warehouse:
-    path = cfg.home_path / "warehouse.duckdb"
-    if not path.exists():
-        raise ReportError(f"{path}: no warehouse yet (run `carryon run` first)")
-    return Warehouse(path).init()  # (re)creates the views, so an old file gets today's metrics
 
 
 def summary_rows(wh: Warehouse) -> list[dict]:
