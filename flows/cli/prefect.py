@@ -18,6 +18,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import typer  # noqa: E402
 
+from flows.cli.common import _fail  # noqa: E402
+
 server_app = typer.Typer(no_args_is_help=True,
                          help="A local Prefect server, the deployments and a worker (docs/deploy.md).")
 
@@ -27,11 +29,6 @@ HomeOpt = typer.Option(None, "--home", help="Where prefect/ (database, logs, sta
 
 def _home(home: Optional[str]) -> Path:
     return Path(home or os.environ.get("CARRYON_HOME") or ".carryon").expanduser().resolve()
-
-
-def _fail(msg: str, code: int = 2):
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
 
 
 @server_app.command("up")
