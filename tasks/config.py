@@ -338,12 +338,15 @@ def load_config(path: str | Path) -> Config:
                           f"{more}") from None
     cfg.source_path = str(path)
     _check_benchmark(cfg, path)
-    names = [s.name for s in cfg.role_specs("targets")]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ConfigError(f"{path}: models.targets: duplicate target name(s) {sorted(dup)}")
     for role in [*ROLES, *(cfg.models.model_extra or {})]:  # a missing model string fails now
-        cfg.role_specs(role)
+        names = [s.name for s in cfg.role_specs(role)]
+        # A name keys a role's rows (a target's conversations, an ensemble answer, a judge's
+        # votes): two entries under one name would overwrite each other.
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            what = "target" if role == "targets" else "entry"
+            raise ConfigError(f"{path}: models.{role}: duplicate {what} name(s) {dup}; give "
+                              "each entry a distinct name")
     return cfg
 
 

@@ -89,6 +89,9 @@ def test_unreadable_and_invalid_yaml(tmp_path):
 def test_duplicate_target_names(tmp_path):
     with pytest.raises(ConfigError, match="duplicate target"):
         load_config(_write(tmp_path, "models: {targets: [{name: a, model: x}, {name: a, model: y}]}\n"))
+    # Any role's list: a name keys its rows (answer ids, votes), so it is refused when loaded.
+    with pytest.raises(ConfigError, match=r"models.ensemble: duplicate entry name\(s\) \['x'\]"):
+        load_config(_write(tmp_path, "models: {ensemble: [{model: x}, {model: x}]}\n"))
 
 
 def test_env_overrides(tmp_path, monkeypatch):

@@ -38,11 +38,7 @@ def _budgeted(cfg: Config, role: str, spec: ModelSpec, entry) -> ModelSpec:
 def resolve_roles(cfg: Config) -> Roles:
     """The stage's models; configuration mistakes that would drop every query fail here."""
     where = cfg.source_path or "config"
-    ensemble = cfg.role_specs("ensemble")
-    names = [s.name for s in ensemble]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:  # the name is the answer id: two models under one name would overwrite each other
-        raise ConfigError(f"{where}: models.ensemble: duplicate name(s) {dup}; give each a 'name'")
+    ensemble = cfg.role_specs("ensemble")  # distinct names (the config's check): answer ids
     if len(ensemble) < cfg.checklists.min_harmless:
         raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
                           f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")

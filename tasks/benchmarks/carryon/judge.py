@@ -54,14 +54,9 @@ class JudgeError(Exception):
 
 # ----- judges and judgment sets ------------------------------------------------------------
 def judges(cfg, role: str) -> list[ModelSpec]:
-    specs = cfg.role_specs(role)
+    specs = cfg.role_specs(role)  # distinct names (the config's check): votes are keyed by them
     if not specs:
         raise ConfigError(f"{cfg.source_path or 'config'}: models.{role}: not configured")
-    names = [s.name for s in specs]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:  # votes are keyed by judge name
-        raise ConfigError(f"{cfg.source_path or 'config'}: models.{role}: duplicate judge "
-                          f"name(s) {dup}; give each entry a distinct name")
     return specs
 
 
