@@ -55,6 +55,23 @@ async def read_act(env, turn: TurnView):
                                   sample_key=verdict_sample_key(spec, req.messages))
 
 
+async def unless_asked(env, state) -> tuple[Stop | UserTurn | None, str | None]:
+    """(the step that ends the episode, None), unless the target's last turn asked a
+    clarifying question: then (None, the act call's hash). A blocked or empty turn is a
+    refusal (no call); a failed act call an error, never an answer; any other act answered."""
+    turn = turn_view(state)
+    if turn.blocked or turn.response is None:
+        return Stop(ANSWERED, act="refusal"), None
+    res = await read_act(env, turn)
+    if not res.ok or res.parsed is None:
+        return UserTurn(None, res.call_hash, error=_error(res, "act judge"),
+                        error_kind=res.error_kind or "invalid_output",
+                        act=None, act_call_hash=res.call_hash), None
+    if res.parsed.act != act_judge.CLARIFYING:
+        return Stop(ANSWERED, act=res.parsed.act, act_call_hash=res.call_hash), None
+    return None, res.call_hash
+
+
 def simulator_messages(item, transcript: list[dict]) -> list[dict]:
     hidden = item.hidden
     persona = hidden.get("persona") or item.meta.get("persona")
@@ -78,17 +95,10 @@ class Reactive:
     roles: tuple[str, ...] = (ACT_ROLE, SIM_ROLE)
 
     async def next(self, env, state):
-        turn = turn_view(state)
-        if turn.blocked or turn.response is None:
-            return Stop(ANSWERED, act="refusal")
-        res = await read_act(env, turn)
-        if not res.ok or res.parsed is None:
-            return UserTurn(None, res.call_hash, error=_error(res, "act judge"),
-                            error_kind=res.error_kind or "invalid_output",
-                            act=None, act_call_hash=res.call_hash)
-        act = res.parsed.act
-        if act != act_judge.CLARIFYING:
-            return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
+        end, act_hash = await unless_asked(env, state)
+        if end is not None:
+            return end
+        act = act_judge.CLARIFYING
         spec = env.spec(SIM_ROLE)
         sim = await env.gateway.chat(spec, SIM_ROLE, self.reply_messages(state),
                                      sample_key=env.sample_key(spec, "user", state.transcript))
@@ -98,8 +108,8 @@ class Reactive:
                             error=_error(sim, "user simulator") if not sim.ok
                             else "empty_output: user simulator: no text",
                             error_kind=sim.error_kind or "empty_output",
-                            act=act, act_call_hash=res.call_hash)
-        return UserTurn(content, sim.call_hash, act=act, act_call_hash=res.call_hash)
+                            act=act, act_call_hash=act_hash)
+        return UserTurn(content, sim.call_hash, act=act, act_call_hash=act_hash)
 
     def reply_messages(self, state) -> list[dict]:
         """The simulator's request for the reply (a policy that phrases replies otherwise,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from tasks.engine.registry import user_policy
 from tasks.judges import act as act_judge
-from tasks.users.base import ANSWERED, Stop, UserTurn
-from tasks.users.reactive import ACT_ROLE, read_act, turn_view
+from tasks.users.base import UserTurn
+from tasks.users.reactive import ACT_ROLE, unless_asked
 
 
 @user_policy("scripted_answer", roles=(ACT_ROLE,))
@@ -23,24 +23,16 @@ class ScriptedAnswer:
     roles: tuple[str, ...] = (ACT_ROLE,)
 
     async def next(self, env, state):
-        turn = turn_view(state)
-        if turn.blocked or turn.response is None:
-            return Stop(ANSWERED, act="refusal")
-        res = await read_act(env, turn)
-        if not res.ok or res.parsed is None:
-            return UserTurn(None, res.call_hash,
-                            error=f"{res.error_kind}: act judge: {res.error}",
-                            error_kind=res.error_kind or "invalid_output",
-                            act_call_hash=res.call_hash)
-        act = res.parsed.act
-        if act != act_judge.CLARIFYING:
-            return Stop(ANSWERED, act=act, act_call_hash=res.call_hash)
+        end, act_hash = await unless_asked(env, state)
+        if end is not None:
+            return end
+        act = act_judge.CLARIFYING
         intent = (state.item.hidden.get("intent") or "").strip()
         if not intent:
             return UserTurn(None, None, error=f"invalid_input: item {state.item.item_id} has "
                             "no hidden intent to answer with", error_kind="invalid_input",
-                            act=act, act_call_hash=res.call_hash)
-        return UserTurn(intent, None, act=act, act_call_hash=res.call_hash)
+                            act=act, act_call_hash=act_hash)
+        return UserTurn(intent, None, act=act, act_call_hash=act_hash)
 
     def calls(self, condition) -> dict[str, int]:
         n = max(condition.max_turns - 1, 0)
