@@ -48,10 +48,6 @@ def configure(limits: LimitsConfig | None) -> None:
     _cut.clear()
 
 
-def turn_cap() -> int:
-    return _cap
-
-
 def cuts() -> int:
     """How many distinct turn texts were cut since the run opened."""
     return len(_cut)
