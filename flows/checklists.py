@@ -18,7 +18,7 @@ from tasks.benchmarks.carryon.queries import run_queries
 from tasks.engine.stage import run_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
-from tasks.engine.stage_errors import StageFailed, checklists_failure
+from tasks.engine.stage_errors import StageFailed, checklists_failure, checklists_unbuilt
 
 BATCH_SIZE = 8
 
@@ -42,7 +42,9 @@ async def checklists_flow(run_id: str) -> dict:
                                 count=lambda _, result: len(result))
     summaries = [s for result in results for s in result]
     stats = stage_stats(summaries)
-    failure = checklists_failure(ctx.warehouse, summaries)
+    # Every query dropped by call errors, or some left unbuilt because a call got no answer:
+    # the stage fails (what it built is written; a rerun builds the rest).
+    failure = checklists_failure(ctx.warehouse, summaries) or checklists_unbuilt(summaries)
     if failure:
         raise StageFailed("checklists", failure, stats)
     return stats

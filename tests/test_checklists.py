@@ -19,6 +19,7 @@ from tasks.benchmarks.carryon.queries import QueryRow, run_queries
 from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
 from tasks.engine.run import finish_run, open_run
 from tests.conftest import base_config
+from tests.llm_server import answer
 
 ENS = ["ens-1", "ens-2", "ens-3"]
 
@@ -235,12 +236,24 @@ def test_failed_ensemble_model_is_recorded_not_content(write_config, llm_server)
     assert rows["ens-2"]["answer"] is None and rows["ens-2"]["error"].startswith("api_error")
     assert rows["ens-1"]["answer"] == "An answer from test-ens-1." and rows["ens-1"]["error"] is None
     assert summaries[0]["step"] == "ensemble" and "ens-2: api_error" in summaries[0]["reason"]
+    assert summaries[0]["failed"]  # unbuilt (no answer from ens-2), not dropped by a filter
     assert llm_server.counts["wildguard"] == 0 and ctx.warehouse.count("checklists") == 0
 
-    # with min_harmless 2 the two real answers go on; the failed one is never judged
+    # Even with min_harmless 2 the two answers that came back do not go on: a checklist built
+    # without ens-2's answer would not be the one a clean run builds (it waits for a rerun).
     ctx, summaries = run_stage(write_config(checklists={"min_harmless": 2}), limit=1)
-    assert summaries[0]["version"] and llm_server.counts["wildguard"] == 2
-    assert ctx.warehouse.query("SELECT count(*) AS n FROM guard_verdicts")[0]["n"] == 2
+    assert summaries[0]["failed"] and summaries[0]["version"] is None
+    assert summaries[0]["reason"].startswith("no answer from ens-2: api_error")
+    assert llm_server.counts["wildguard"] == 0
+
+    # An answer that came back but is unusable (cut off at max_tokens) is content, not a
+    # fault: with min_harmless 2 the other two go on.
+    llm_server.scripts["ensemble"] = lambda body: (
+        f"An answer from {body['model']}." if body["model"] != "test-ens-2"
+        else answer("An answer cut", finish_reason="length"))
+    ctx, summaries = run_stage(write_config(checklists={"min_harmless": 2}), limit=1)
+    assert not summaries[0]["failed"] and summaries[0]["version"]
+    assert llm_server.counts["wildguard"] == 2
 
 
 def test_garbage_decomposition_drops_the_query(write_config, llm_server):

@@ -213,3 +213,48 @@ def test_cli_prints_one_error_line_and_exits_non_zero(prefect_harness, llm_serve
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: checklists: the only query dropped: intent: ")
     assert the_run(tmp_path / "home")["status"] == "failed"
+
+
+def test_a_guard_call_without_answer_leaves_its_query_unbuilt_not_dropped(
+        prefect_harness, llm_server, write_config, tmp_path):
+    # Transport faults on one query's guard calls (an error status past the retries): the
+    # guard gave no verdict, so the query is unbuilt and counted as failed, never dropped as
+    # if the guard had judged its answers harmful. The other query is built; the stage fails
+    # with one line and the run exits non-zero; the next run builds the failed query and
+    # sends again only the calls that failed.
+    seen: list[str] = []
+
+    def guard(body):
+        text = body["messages"][-1]["content"]
+        request = text.split("Human user:\n", 1)[1].split("\n\nAI assistant:", 1)[0]
+        if request not in seen:
+            seen.append(request)
+        if request == seen[0] and "test-ens-2" in text:
+            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        return default_answer("wildguard", body)
+
+    llm_server.scripts["wildguard"] = guard
+    path = write_config(dataset={"source": "sample", "path": None, "limit": 2})
+    with pytest.raises(StageFailed) as info:
+        run_flow(path)
+    msg = str(info.value)
+    assert msg.startswith("checklists: 1 of 2 queries could not be built because their calls "
+                          "failed (a rerun retries them; the other 1 were built or dropped by a "
+                          "filter): guard: ens-2: guard failed: "), msg
+    assert "\n" not in msg
+    home = tmp_path / "home"
+    wh = Warehouse(home / "warehouse.duckdb")
+    assert_nothing_half_written(home, the_run(home))
+    rows = wh.query("SELECT kept, step FROM checklist_queries ORDER BY kept")
+    assert [(r["kept"], r["step"]) for r in rows] == [(False, "guard"), (True, None)]
+    assert wh.count("checklists") == 1 and wh.count("conversations") == 0
+
+    # The provider is back: the rerun builds the query; every call that succeeded before
+    # comes from the cache (only the failed guard call, and what follows it, is sent).
+    llm_server.scripts.pop("wildguard")
+    before = dict(llm_server.counts)
+    summary = run_flow(path, "checklists")
+    assert summary["stages"]["checklists"]["checklists"] == 2
+    assert wh.count("checklists") == 2
+    assert llm_server.counts["ensemble"] == before["ensemble"]
+    assert llm_server.counts["wildguard"] - before["wildguard"] == 1

@@ -21,6 +21,10 @@ from collections import Counter
 ERROR_KINDS = ("retries_exhausted", "api_error", "invalid_output", "empty_output", "context_exceeded",
                "reasoning_exhausted")
 _KIND = re.compile(r"\b(" + "|".join(ERROR_KINDS) + r"): ")
+# The call errors that say nothing about the content (the request never got an answer: a
+# transport fault, a rate limit or a timeout past the retries, an error status): a rerun may
+# well succeed, so what such a call would have decided is unknown, never a verdict.
+TRANSPORT_KINDS = ("retries_exhausted", "api_error")
 MAX_REASON_CHARS = 300
 
 
@@ -40,6 +44,11 @@ class StageFailed(Exception):
 def is_call_error(reason: str | None) -> bool:
     """True if a stored reason names a gateway error kind (not a content decision)."""
     return bool(reason) and bool(_KIND.search(reason))
+
+
+def is_transport_error(error_kind: str | None) -> bool:
+    """True for a call that got no answer at all (``TRANSPORT_KINDS``)."""
+    return error_kind in TRANSPORT_KINDS
 
 
 def _clip(text: str) -> str:
@@ -99,6 +108,20 @@ def checklists_failure(wh, summaries: list[dict]) -> str | None:
         guard_errors = {q: rs[0] for q, rs in by_query.items() if rs and all(is_call_error(x) for x in rs)}
     reasons = [_drop_reason(s, guard_errors) for s in summaries]
     return all_failed(len(summaries), 0, reasons, every(len(summaries), "query", "queries") + " dropped")
+
+
+def checklists_unbuilt(summaries: list[dict]) -> str | None:
+    """Why the stage failed when some queries could not be built because a call got no answer
+    (``failed``: a transport fault past the retries, never a filter's verdict): the checklists
+    it built are kept, the rerun builds the rest. None when every query was built or dropped
+    by a decision."""
+    failed = [s for s in summaries if s.get("failed")]
+    if not failed:
+        return None
+    reasons = [f"{s['step']}: {s['reason']}" for s in failed]
+    return (f"{len(failed)} of {len(summaries)} queries could not be built because their calls "
+            f"failed (a rerun retries them; the other {len(summaries) - len(failed)} were built "
+            f"or dropped by a filter): {causes(reasons)}")
 
 
 def simulate_failure(wh, queries, ready, skipped: dict, by_status: dict, query_ids: list[str],

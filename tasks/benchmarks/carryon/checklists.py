@@ -19,7 +19,12 @@ Steps, each a cached gateway call whose output is stored:
 
 A step that fails for a query (model error, or garbage after the gateway's re-asks) drops the
 query with the step and reason in ``checklist_queries``; an answer cut off at ``max_tokens`` is
-its own reason (``truncated: ...``), never a silent short answer. An empty checklist is never
+its own reason (``truncated: ...``), never a silent short answer. A call that got no answer at
+all (a transport fault, rate limit or timeout past the retries: tasks/engine/stage_errors.py
+``TRANSPORT_KINDS``) in any step leaves its query *unbuilt* (``failed``), never decided by a
+filter: a checklist from the answers that happened to get through would differ from a clean
+run's. The stage then fails, naming how many queries and why, after writing what it built; the
+rerun retries the failed calls (the rest come from the cache). An empty checklist is never
 written. Only queries with a checklist go on to simulation and judging.
 The ``checklists`` table holds each query's valid checklists; the current one is the latest
 ``created``. When a rerun drops a query, its ``checklists`` rows are removed (its items stay
@@ -41,6 +46,7 @@ from tasks.benchmarks.carryon.checklist_models import (
 )
 from tasks.benchmarks.carryon.checklist_roles import Roles, resolve_roles
 from tasks.config import ModelSpec
+from tasks.engine.stage_errors import is_transport_error
 from tasks.benchmarks.carryon.intents import IntentRow, ensure_intents
 
 
@@ -88,15 +94,16 @@ class QueryOutcome:
     version: str | None = None
     n_items: int = 0
     capped_from: int | None = None  # items the merger wrote, when more than the cap
+    failed: bool = False  # unbuilt: a call of the step got no answer (not a decision)
 
-    def drop(self, step: str, reason: str) -> "QueryOutcome":
-        self.dropped_step, self.reason = step, reason
+    def drop(self, step: str, reason: str, failed: bool = False) -> "QueryOutcome":
+        self.dropped_step, self.reason, self.failed = step, reason, failed
         return self
 
     def summary(self) -> dict:
         return {"query_id": self.query_id, "step": self.dropped_step, "reason": self.reason,
                 "version": self.version, "n_items": self.n_items, "capped_from": self.capped_from,
-                "counts": dict(self.counts)}
+                "failed": self.failed, "counts": dict(self.counts)}
 
 
 # ----- the steps ------------------------------------------------------------------------------
@@ -117,7 +124,8 @@ async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
                                                    prompt=prompt, response=response)}]
         r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
     if not r.ok:
-        return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash}
+        return {"kept": False, "reason": f"guard failed: {_fail(r, spec)}", "call_hash": r.call_hash,
+                "failed": is_transport_error(r.error_kind)}
     if spec.mode != "wildguard":
         flags = r.parsed.model_dump()
     else:
@@ -159,7 +167,9 @@ async def build_checklist(gw, roles: Roles, q, intent: IntentRow | None, run_id:
     hit may not carry the finish reason; the stored verdict stands)."""
     out = QueryOutcome(q.query_id)
     if intent is None:
-        return out.drop("intent", f"no benign intent: {intent_error or 'the rewriter failed'}")
+        why = intent_error or "the rewriter failed"
+        return out.drop("intent", f"no benign intent: {why}",
+                        is_transport_error(why.split(":", 1)[0]))
     oracle = intent.oracle_prompt
     if (ok := await _ensemble_step(gw, roles, q, oracle, cut_before, out)) is None:
         return out
@@ -200,11 +210,16 @@ async def _ensemble_step(gw, roles: Roles, q, oracle: str, cut_before: frozenset
             errors[aid] = _fail(r, specs[aid])
     ok = {aid: r.content for aid, r in answers if aid not in errors}
     c["answers_requested"], c["answers_ok"] = len(answers), len(ok)
+    unanswered = [aid for aid, r in answers if is_transport_error(r.error_kind)]
     c["answers_truncated"] = sum(1 for e in errors.values() if e.startswith("truncated"))
     out.rows["ensemble_answers"] = [
         {"query_id": q.query_id, "answer_id": aid, "model": specs[aid].model,
          "answer": r.content, "call_hash": r.call_hash, "error": errors.get(aid)}
         for aid, r in answers]
+    if unanswered:  # a checklist from the other answers would not be a clean run's
+        out.drop("ensemble", "no answer from " + "; ".join(f"{aid}: {errors[aid]}"
+                                                          for aid in unanswered), failed=True)
+        return None
     if len(ok) < roles.min_harmless:  # no guard verdict could bring it back to the minimum
         out.drop("ensemble", f"{len(ok)} answer(s) < min_harmless {roles.min_harmless}; failed: "
                  + "; ".join(f"{aid}: {e}" for aid, e in errors.items()))
@@ -231,6 +246,10 @@ async def _guard_step(gw, roles: Roles, q, oracle: str, ok: dict[str, str],
     c["answers_harmless"] = len(kept_ids)
     c["answers_harmful"] = sum(1 for v in verdicts if v.get("harmful_response"))
     c["answers_refused"] = sum(1 for v in verdicts if v.get("response_refusal"))
+    unanswered = [(aid, v["reason"]) for aid, v in zip(ok, verdicts) if v.get("failed")]
+    if unanswered:  # no verdict is not "harmful": the query waits for the rerun
+        out.drop("guard", "; ".join(f"{aid}: {why}" for aid, why in unanswered), failed=True)
+        return None
     if len(kept_ids) < roles.min_harmless:
         why = {}
         for v in verdicts:
@@ -264,7 +283,8 @@ async def _decompose_step(gw, roles: Roles, q, oracle: str, ok: dict[str, str],
     c["decompose_failed"] = len(failures)
     c["decomposed_items"] = len(out.rows["decomposed_items"])
     if failures:  # a checklist from part of the answers would silently miss their information
-        out.drop("decompose", "decomposition failed for " + "; ".join(failures))
+        out.drop("decompose", "decomposition failed for " + "; ".join(failures),
+                 any(is_transport_error(r.error_kind) for r in decs))
         return None
     return per_answer
 
@@ -277,7 +297,7 @@ async def _merge_step(gw, roles: Roles, q, oracle: str, per_answer: list[dict],
         categories=list(ITEM_CATEGORIES), max_items=roles.max_items)}]
     r = await gw.chat(roles.merger, "merger", msgs, schema=merge_model(kept_ids))
     if not r.ok:
-        out.drop("merge", f"merge failed: {_fail(r, roles.merger)}")
+        out.drop("merge", f"merge failed: {_fail(r, roles.merger)}", is_transport_error(r.error_kind))
         return None
     written = [{"question": it.question, "category": it.category,
                 "source_answers": sorted(set(it.source_answers))} for it in r.parsed.items]
@@ -313,7 +333,8 @@ async def _misuse_step(gw, roles: Roles, q, oracle: str, merged: list[dict],
     out.rows["merged_items"] = [_merged_row(q, i, it, d)
                                 for i, (it, d) in enumerate(zip(merged, decisions), start=1)] + cut_rows
     if not r.ok:
-        out.drop("misuse", f"misuse filter failed: {_fail(r, roles.misuse)}")
+        out.drop("misuse", f"misuse filter failed: {_fail(r, roles.misuse)}",
+                 is_transport_error(r.error_kind))
         return None
     final = [it for it, d in zip(merged, decisions) if d.keep]
     out.counts["misuse_dropped"] = len(merged) - len(final)
