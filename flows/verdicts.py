@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.episodes import run_work
 from tasks.engine.episode import episode_id, stored_episode_ids
 from tasks.engine.stage import run_batches
-from tasks.engine.verdicts import judge_batch, merge, set_rows, spec_judges
+from tasks.engine.verdicts import agreement_rows, judge_batch, merge, set_rows, spec_judges
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
 from tasks.engine.stage_errors import StageFailed, all_failed, every
@@ -46,6 +46,14 @@ async def verdicts_flow(run_id: str) -> dict:
                                 in_flight=BATCHES_IN_FLIGHT)
     summary = {**merge(results), "judges": [j.kind for j, _ in judges],
                "judges_skipped": skipped}
+    # A voting panel's agreement over its whole set (this run's votes and earlier ones).
+    agreement = agreement_rows(ctx.warehouse, judges)
+    if agreement:
+        ctx.warehouse.write("judge_agreement", agreement, delete=(
+            "list_contains(?, judgment_set_id)", [sorted({r["judgment_set_id"] for r in agreement})]))
+        summary["agreement"] = [{k: (round(v, 3) if isinstance(v, float) else v)
+                                 for k, v in r.items() if k != "judgment_set_id"}
+                                for r in agreement]
     errors = [e for r in results for e in r["errors"]]
     if summary["calls"]:
         line = all_failed(summary["calls"], summary["calls"] - summary["failed_calls"], errors,

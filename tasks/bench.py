@@ -98,15 +98,10 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     for kind, cond, name, cond_args, field in names:
         try:
             comp = registry.lookup(kind, name)
-            stages = comp.meta.get("stages")  # a judge only some judging stages can run
-            if stages and not set(stages) & set(spec.stages):
-                raise registry.ComponentError(
-                    f"{registry.KIND_WORDS[kind]} {name} runs only in stage "
-                    f"{' or '.join(stages)}, which this spec does not list")
             comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
             if kind == "user":
                 spec.user(spec.condition(cond))
-            elif not stages:  # a stage-run judge is built by its stage, per batch
+            else:
                 spec.component(kind, name)
         except registry.ComponentError as e:
             raise SpecError(f"{path}: {field}: {e}") from None

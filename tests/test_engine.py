@@ -349,12 +349,20 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
         load_spec(str(bad))
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
-    # CarryOnBench's own judges need its judge stage: on the episode engine, one line.
-    bad.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\n"
-                   f"{OSI_LOADER}judges: [benutil]\n"
+    # Ben-Util and safety are engine judges any spec may name (tests/test_checklist_bench.py);
+    # CarryOnBench's judge stage reads conversations, which the episodes stage does not write.
+    good = tmp_path / "benutil.yaml"
+    good.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\n"
+                    f"{OSI_LOADER}judges: [benutil, safety]\n"
+                    "conditions: [{name: a, prompt: q}]\n")
+    assert [j.kind for _, j in load_spec(str(good)).judge_objects()] == ["benutil", "safety"]
+    bad.write_text("name: bad3b\ntitle: Bad\nloader: opensafeintent\n"
+                   "components: [tasks.benchmarks.carryon.stages, "
+                   "tasks.benchmarks.opensafeintent.loader]\n"
+                   "stages: [episodes, judge, report]\njudges: [benutil, safety]\n"
                    "conditions: [{name: a, prompt: q}]\n")
-    with pytest.raises(SpecError, match=r"bad.yaml: judges\[benutil\]: judge benutil runs only "
-                                        r"in stage judge, which this spec does not list"):
+    with pytest.raises(SpecError, match=r"bad.yaml: stages: judge reads conversations, which no "
+                                        r"stage before it writes"):
         load_spec(str(bad))
     # Stages are components: a wrong name, the wrong order or no play stage is one line.
     base = "title: Bad\nloader: opensafeintent\nconditions: [{name: a, prompt: q}]\n"

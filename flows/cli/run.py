@@ -31,7 +31,7 @@ def run(config: str = ConfigOpt,
     from tasks.gateway.client import ServerUnavailable
     from tasks.datasets.fields import DataError
     from tasks.engine.stage_errors import StageFailed
-    from tasks.benchmarks.carryon.judge import JudgeError
+    from tasks.judges.protocol import JudgeError
     from tasks.report import ReportError
     from tasks.engine.run import parse_stages, preflight
     from warehouse import WarehouseError
@@ -40,7 +40,7 @@ def run(config: str = ConfigOpt,
         cfg = load_config(config)
         selected = parse_stages(stages, cfg.spec.stages)
         preflight(cfg, selected, limit)
-    except ConfigError as e:
+    except (ConfigError, JudgeError) as e:
         _fail(str(e))
     from tasks.ops import interrupt
     from tasks.ops.ephemeral import TemporaryServerError, start_temporary_server

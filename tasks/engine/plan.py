@@ -78,7 +78,6 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     # a model (a deterministic policy) makes no call.
     turns = [(min(c.max_turns, len(p) + 1) if p else c.max_turns, t) for _, c, t, p in work]
     target_calls = sum(n for n, t in turns if t.model is not None)
-    judged_turns = sum(n for n, _ in turns)  # every seat's turns are judged
     opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _, _ in work)
                       // CHARS_PER_TOKEN // max(n_eps, 1))
     calls: dict[str, int] = {"targets": target_calls}
@@ -96,12 +95,15 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             continue  # optional and not configured (pre-flight refuses a missing required one)
         judged.append(judge.kind)
         if judge.role:
-            # At most one call per target turn. A user policy that reads acts sends the act
-            # judge's very requests for the turns it reads, so those come from the cache: the
-            # role's distinct calls are the judge's alone.
+            # The judge's requests per target turn (one for most, one per checklist item for
+            # Ben-Util). A user policy that reads acts sends the act judge's very requests for
+            # the turns it reads, so those come from the cache: the role's distinct calls are
+            # the judge's alone. Re-asks (Ben-Util's evidence) depend on the answers: not counted.
             shared = judge.role in {r for _, c, _, _ in work
                                     for r in registry.lookup("user", c.user).roles}
-            n = judged_turns * len(cfg.role_specs(judge.role))  # each voting model judges
+            asked = sum(n * judge.requests_per_turn(item)
+                        for (n, _), (item, _, _, _) in zip(turns, work))
+            n = asked * len(cfg.role_specs(judge.role))  # each voting model judges
             calls[judge.role] = (max(calls.get(judge.role, 0), n) if shared
                                  else calls.get(judge.role, 0) + n)
             if spec.max_turns > 1:

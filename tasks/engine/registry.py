@@ -69,8 +69,8 @@ class Component:
     roles: tuple[str, ...]
     module: str
     # What else the kind needs to know: a loader's ``sample`` (the path of the team's sample
-    # file), a section's ``title``, a target policy's ``takes_model``, a judge's ``stages``
-    # (the judging stages that can run it), a stage's hooks (tasks/stages/__init__.py).
+    # file), a section's ``title``, a target policy's ``takes_model``, a stage's hooks
+    # (tasks/stages/__init__.py).
     meta: dict = field(default_factory=dict)
 
     def check_args(self, args: dict | None) -> BaseModel | None:
@@ -161,6 +161,11 @@ def lookup(kind: str, name: str) -> Component:
                              "when the spec lists their module under components:, e.g. "
                              "tasks.benchmarks.clarify.loader)")
     return _REGISTRY[key]
+
+
+def registered(kind: str) -> list[tuple[str, str]]:
+    """The (kind, name) pairs registered so far of one kind."""
+    return sorted(k for k in _REGISTRY if k[0] == kind)
 
 
 def build(kind: str, name: str, args: dict | None = None):

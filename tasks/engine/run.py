@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from tasks.bench import CARRYON_STAGES, condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
+from tasks.engine.items import Item
 from warehouse import Warehouse
 
 STAGES = list(CARRYON_STAGES)  # CarryOnBench's; a config's spec gives its own (cfg.spec.stages)
@@ -111,7 +112,14 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     # A bad dataset file fails here, naming file, row and field (the play stage selects the
     # run's work for every model stage).
     if any(cfg.spec.stage(s).phase != "report" for s in stages):
-        cfg.spec.play_stage().select(cfg, limit)
+        work = cfg.spec.play_stage().select(cfg, limit)
+        # What a judge needs of an item (Ben-Util: its checklist) fails here too, before
+        # anything is played (JudgeError names the item and the field).
+        checks = [j.check_item for _, j in cfg.spec.judge_objects() if hasattr(j, "check_item")]
+        for unit in work:
+            if isinstance(unit, Item):
+                for check in checks:
+                    check(unit)
     by_stage, optional = _stage_roles(cfg, stages)
     roles = sorted({r for s in stages for r in by_stage[s]})
     for role in roles:

@@ -227,6 +227,16 @@ class BenchmarkSpec(_Strict):
         plays = [o.name for o in objs if o.phase == "play"]
         if len(plays) != 1:
             raise ValueError(f"stages: a benchmark has exactly one play stage (got {plays or 'none'})")
+        for i, o in enumerate(objs):
+            missing = [t for t in o.reads if not any(t in p.outputs for p in objs[:i])]
+            if missing:
+                writers = sorted(n for (k, n) in registry.registered("stage")
+                                 if missing[0] in registry.build("stage", n).outputs)
+                raise ValueError(f"stages: {o.name} reads {missing[0]}, which no stage before it "
+                                 f"writes" + (f" (written by {', '.join(writers)})" if writers else ""))
+        if self.judges and not any(o.runs_judges for o in objs):
+            raise ValueError(f"judges: {self.judges} are named, but none of the stages "
+                             f"{self.stages} runs judges (the engine's is verdicts)")
         for o in objs:
             o.check(self)
 

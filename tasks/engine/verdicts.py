@@ -22,6 +22,7 @@ from tasks.config import ConfigError
 from tasks.engine.items import stored_items
 from tasks.judges.base import SpecKind, TurnView, verdict_sample_key  # noqa: F401 (re-export)
 from tasks.judges.protocol import keep_first, run_calls, set_hash
+from tasks.judges.votes import pairwise_agreement
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:
@@ -126,17 +127,47 @@ async def judge_batch(ctx, judges: list, episode_ids: list[str]) -> dict:
     for kind in kinds:
         unscored.update(kind.unscored)
     rows = [r for kind in kinds for r in kind.rows]
-    ctx.warehouse.write_many([
-        ("verdicts", rows, ("list_contains(?, judgment_set_id) AND list_contains(?, episode_id)",
-                            [[k.set_id for k in kinds], episode_ids]))])
+    votes = [r for kind in kinds for r in kind.vote_rows]
+    # This batch's earlier rows of these sets are replaced (an episode replayed with fewer
+    # turns must not keep verdicts of turns it no longer has).
+    where = ("list_contains(?, judgment_set_id) AND list_contains(?, episode_id)",
+             [[k.set_id for k in kinds], episode_ids])
+    ctx.warehouse.write_many([("verdicts", rows, where), ("verdict_votes", votes, where)])
     return {"episodes": len(episode_ids), "turns": len(views), "verdicts": len(rows),
             "calls": len(results), "failed_calls": sum(not r.ok for r in results),
-            "unscored": dict(unscored),
+            "revisions": sum(len(k.revisions) for k in kinds), "unscored": dict(unscored),
             "errors": [f"{r.error_kind}: {r.error}" for r in results if not r.ok]}
 
 
+def agreement_rows(wh, judges: list) -> list[dict]:
+    """Pairwise agreement of each voting panel (a judge with several models), per measure
+    (a unit's measures pooled under their measure's name: Ben-Util's ``fulfilled``) and per
+    derived label the judge names (``agreement``), from ``verdict_votes``."""
+    out = []
+    for judge, model in judges:
+        if len(_models(model)) < 2:
+            continue
+        set_id = verdict_set_id(judge, model)
+        labels: dict[str, dict[str, dict]] = {}
+        for r in wh.query("SELECT episode_id, position, measure, judge, value, label "
+                          "FROM verdict_votes WHERE judgment_set_id = ?", [set_id]):
+            name, _, unit = r["measure"].partition(":")
+            value = r["value"] if r["value"] is not None else r["label"]
+            unit_key = (r["episode_id"], r["position"], unit)
+            labels.setdefault(name, {}).setdefault(r["judge"], {})[unit_key] = value
+            for derived, (of, rule) in judge.agreement.items():
+                if of == name:
+                    labels.setdefault(derived, {}).setdefault(r["judge"], {})[unit_key] = (
+                        None if value is None else rule(value))
+        for measure, lab in sorted(labels.items()):
+            out += [{"judgment_set_id": set_id, "measure": measure, **row}
+                    for row in pairwise_agreement(lab)]
+    return out
+
+
 def merge(parts: list[dict]) -> dict:
-    out = {"episodes": 0, "turns": 0, "verdicts": 0, "calls": 0, "failed_calls": 0}
+    out = {"episodes": 0, "turns": 0, "verdicts": 0, "calls": 0, "failed_calls": 0,
+           "revisions": 0}
     unscored: Counter = Counter()
     for p in parts:
         for k in out:

@@ -1,41 +1,56 @@
 """The judge protocol of the episode engine.
 
-A judge module exposes ``JUDGE``, an object with:
+A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
 
-- ``kind``: its name (the module's), stored with every verdict and verdict set;
-- ``role``: the model role it calls (a row of tasks/roles.py), or None for a judge that
-  computes its verdict without a model (exact match, token F1);
+- ``kind``: its name, stored with every verdict and verdict set;
+- ``role``: the model role it calls (a row of tasks/roles.py, or a ``Role`` it declares), or
+  None for a judge that computes its verdict without a model (exact match, token F1);
 - ``optional``: True when the judge is skipped if its role is not configured;
 - ``templates``: the prompt templates it renders (their hash is the set's prompt version);
-- ``measures``: the measures it writes per turn (``score``, ``act``, ``token_f1``, ...);
+- ``measures``: the measures it writes per turn (``score``, ``act``, ``fulfilled``, ...);
 - ``wants(turn) -> bool``: which assistant turns it judges (e.g. only the last one);
-- ``request(turn) -> Request | EmbedRequest | None``: the call to make (None: no call, judge
-  from text; an ``EmbedRequest``: embeddings of its texts through the gateway's ``embed``,
-  cached and recorded like chat calls, ``parsed`` then being the list of vectors);
+- ``requests(turn) -> list[Request | EmbedRequest]``: the calls one turn needs. Most judges
+  make one and write ``request(turn)`` instead (None: no call, judge from text); a judge
+  that asks per *unit* of the item (Ben-Util: one request per checklist item, read from
+  ``turn.item.hidden``) returns several, each naming its ``unit``. An ``EmbedRequest`` asks
+  for embeddings of its texts through the gateway's ``embed`` (cached and recorded like chat
+  calls, ``parsed`` then being the list of vectors);
 - ``verdicts(turn, parsed) -> list[Measure]``: the measures from a parsed answer (``parsed``
-  is None when ``request`` returned None).
+  is None when the turn needed no call: a blocked turn, a judge without a model). A judge
+  with several requests per turn writes ``verdicts_of(turn, request, parsed)`` and
+  ``unscored_of(turn, request, reason)`` instead, whose measures carry the request's unit;
+- ``revision(request, first) -> Request | None`` (optional): ask once more after a first
+  answer (``first``: the gateway's result, ``first.parsed`` and ``first.content``), e.g.
+  Ben-Util's re-ask when its evidence quote is not in the response; the second answer
+  replaces the first (``revised=True`` reaches ``verdicts_of`` / ``unscored_of``);
+- ``combine(per_judge) -> list[Measure]``: several judge models' measures of one request as
+  one (a majority by default; safety: the median rule);
+- ``agreement`` (optional): derived labels the panel's agreement is also computed on
+  (safety: ``harmful`` = score >= 4).
 
 In a batch, a judge runs as a ``SpecKind``: the one judge protocol of every kind
-(tasks/judges/protocol.py, shared with CarryOnBench's Ben-Util and safety), so the calls go
-through the same loop: each distinct request is sent once, a failed call is recorded as
-unscored rows (value NULL, reason ``<error_kind>: <message>``) for every measure. The
-engine (tasks/engine/verdicts.py) stores the rows in ``verdicts`` under the judge's verdict
-set and replaces a batch's earlier rows on a rerun. A blocked target turn
-(the provider refused to produce it) reaches a judge as ``turn.blocked``; the judge decides
-what it means (a refusal, usually) without a call.
+(tasks/judges/protocol.py, shared with CarryOnBench's judge stage), so the calls go through
+the same loop: each distinct request is sent once, a failed call is recorded as unscored rows
+(value NULL, reason ``<error_kind>: <message>``), never as a zero. The engine
+(tasks/engine/verdicts.py) stores the rows in ``verdicts`` under the judge's verdict set (a
+unit's measure is stored as ``<measure>:<unit>``, e.g. ``fulfilled:3``), each voting model's
+own rows in ``verdict_votes`` when several vote, and replaces a batch's earlier rows on a
+rerun. A blocked target turn (the provider refused to produce it) reaches a judge as
+``turn.blocked``; the judge decides what it means (a refusal, usually) without a call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
 from tasks.engine.items import Item
-from tasks.judges.protocol import JudgeKind
+from tasks.judges.protocol import JudgeKind, reason
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,10 @@ class TurnView:
 class Request:
     messages: list[dict]
     schema: type[BaseModel]
+    unit: str | None = None  # what of the turn it judges, for a judge with several requests
+    # What the judge needs back with the answer (not sent, not in the cache key): Ben-Util's
+    # response text, to check a quote against it.
+    data: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,12 @@ class Measure:
     value: float | None
     label: str | None = None
     reason: str | None = None
+    unit: str | None = None  # the request's unit (a checklist item), stored as measure:unit
+
+    @property
+    def stored(self) -> str:
+        """The measure's name in ``verdicts`` (``fulfilled:3`` for a unit's measure)."""
+        return self.measure if self.unit is None else f"{self.measure}:{self.unit}"
 
 
 @dataclass
@@ -95,36 +120,62 @@ class Judge:
     optional: bool = False
     extra_version: str = ""  # anything else that shapes verdicts (a rule's version)
 
+    # Derived labels the panel's agreement is computed on beside each measure's own value:
+    # {name: (measure, value -> label)}, e.g. safety's harmful = score >= 4.
+    agreement: dict = field(default_factory=dict)
+
     def wants(self, turn: TurnView) -> bool:
         return True
 
     def request(self, turn: TurnView) -> Request | None:
         raise NotImplementedError
 
+    def requests(self, turn: TurnView) -> list:
+        """The calls one turn needs (none, one, or one per unit)."""
+        req = self.request(turn)
+        return [] if req is None else [req]
+
+    def requests_per_turn(self, item) -> int:
+        """Calls per judged turn of ``item``, for ``carryon plan`` (an upper bound)."""
+        return 1 if self.role else 0
+
     def verdicts(self, turn: TurnView, parsed: BaseModel | None) -> list[Measure]:
         raise NotImplementedError
+
+    def verdicts_of(self, turn: TurnView, request, parsed, revised: bool = False) -> list[Measure]:
+        """The measures from the answer to one of the turn's requests."""
+        return self.verdicts(turn, parsed)
 
     def unscored(self, reason: str) -> list[Measure]:
         return [Measure(m, None, None, reason) for m in self.measures]
 
+    def unscored_of(self, turn: TurnView, request, reason: str,
+                    revised: bool = False) -> list[Measure]:
+        """The measures of a request whose call failed (the gateway's reason)."""
+        return self.unscored(reason)
+
+    def revision(self, request, first) -> Request | None:
+        """A second request after the first answer ``first`` (None: the answer stands)."""
+        return None
+
     def combine(self, per_judge: list[list[Measure]]) -> list[Measure]:
-        """Several judge models' measures of one turn as one: per measure, the (value, label)
-        more than half of the judges gave; otherwise unscored, saying why (a tie, no
+        """Several judge models' measures of one request as one: per measure, the (value,
+        label) more than half of the judges gave; otherwise unscored, saying why (a tie, no
         majority, or every judge unscored). A judge with another rule overrides this."""
         out = []
-        for i, name in enumerate(self.measures):
+        for i, head in enumerate(per_judge[0]):
             votes = [ms[i] for ms in per_judge]
             scored = [(m.value, m.label) for m in votes if m.value is not None or m.label]
             top, n = Counter(scored).most_common(1)[0] if scored else (None, 0)
             if scored and 2 * n > len(votes):
                 first = next(m for m in votes if (m.value, m.label) == top)
-                out.append(Measure(name, top[0], top[1], first.reason))
+                out.append(Measure(head.measure, top[0], top[1], first.reason, head.unit))
             elif not scored:
-                out.append(Measure(name, None, None, "all judges unscored: " + "; ".join(
-                    m.reason or "unscored" for m in votes)))
+                out.append(Measure(head.measure, None, None, "all judges unscored: " + "; ".join(
+                    m.reason or "unscored" for m in votes), head.unit))
             else:
-                out.append(Measure(name, None, None, f"no majority among {len(votes)} judges "
-                                   f"({len(scored)} scored)"))
+                out.append(Measure(head.measure, None, None, f"no majority among {len(votes)} "
+                                   f"judges ({len(scored)} scored)", head.unit))
         return out
 
 
@@ -138,7 +189,9 @@ def verdict_sample_key(model, messages: list[dict]) -> str | None:
 
 class SpecKind(JudgeKind):
     """A spec's judge in one batch: its models (none for a judge that needs no call; several
-    vote), at most one request per turn, its measures as rows of ``verdicts``."""
+    vote), its requests per turn (each may be revised once), its measures as rows of
+    ``verdicts`` and, when several models vote, each model's own as rows of
+    ``verdict_votes``."""
 
     table = "verdicts"
 
@@ -146,15 +199,19 @@ class SpecKind(JudgeKind):
         super().__init__(list(models), set_id)
         self.judge, self.kind, self.role = judge, judge.kind, judge.role
         self.unscored: Counter = Counter()
+        self.vote_rows: list[dict] = []
+        self.revisions: list = []  # the second answers (a judge's revision calls)
 
     def requests(self, turn: TurnView) -> list[tuple]:
-        req = self.judge.request(turn)
-        if req is None:
-            return []  # judged from the text (or a blocked turn): no call
-        if isinstance(req, EmbedRequest):
-            return [(("embed", json.dumps(list(req.texts), ensure_ascii=False)), req)]
-        key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False), req.schema.__name__)
-        return [(key, req)]
+        out = []
+        for req in self.judge.requests(turn):  # none: judged from the text (or blocked)
+            if isinstance(req, EmbedRequest):
+                out.append((("embed", json.dumps(list(req.texts), ensure_ascii=False)), req))
+            else:
+                key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False),
+                       req.schema.__name__)
+                out.append((key, req))
+        return out
 
     def calls(self, gw) -> list:
         # Embedding requests go through the gateway's embed (same cache, limits and
@@ -177,30 +234,64 @@ class SpecKind(JudgeKind):
         return verdict_sample_key(spec, messages)
 
     def parse(self, r) -> tuple:
-        # An embedding call's answer is its vectors.
-        return (r.vectors if r.vectors is not None else r.parsed, None, None, r.call_hash)
+        # An embedding call's answer is its vectors. A vote: (parsed, revised, reason, hash).
+        return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
+
+    async def revise(self, gw, by_request):
+        # The judge's second requests, after the first answers that call for one; each
+        # answer replaces the first (a failed one is unscored with the gateway's reason).
+        asks = []
+        for (j, k), r in by_request.items():
+            src = self.sources[k]
+            if r.ok and isinstance(src, Request):
+                second = self.judge.revision(src, r)
+                if second is not None:
+                    asks.append(((j, k), second))
+        self.revisions = await asyncio.gather(*(
+            self.ask(gw, self.specs[j], req.messages, req.schema) for (j, _), req in asks))
+        return {jk: (r.parsed, True, None, r.call_hash) if r.ok
+                else (None, True, reason(r), r.call_hash)
+                for (jk, _), r in zip(asks, self.revisions)}
+
+    def all_results(self) -> list:
+        return list(self.results) + list(self.revisions)
 
     def combine(self, votes: list[tuple]) -> tuple:
         # Votes are combined per measure in turn_rows (a vote's measures need its turn).
         return votes[0]
 
-    def _measures(self, t: TurnView, vote: tuple) -> list[Measure]:
-        parsed, _, why, _ = vote
-        return self.judge.unscored(why) if why is not None else self.judge.verdicts(t, parsed)
+    def _measures(self, t: TurnView, src, vote: tuple) -> list[Measure]:
+        parsed, revised, why, _ = vote
+        if why is not None:
+            return self.judge.unscored_of(t, src, why, revised)
+        return self.judge.verdicts_of(t, src, parsed, revised)
+
+    def _row(self, t: TurnView, m: Measure, call_hash) -> dict:
+        assert isinstance(m, Measure)
+        return {"judgment_set_id": self.set_id, "episode_id": t.episode_id,
+                "position": t.position, "measure": m.stored, "kind": self.kind,
+                "model_turn": t.model_turn, "value": m.value, "label": m.label,
+                "reason": m.reason, "call_hash": call_hash}
 
     def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
-        call_hash = None
         if not keys:
-            measures = self.judge.verdicts(t, None)
-        elif len(self.specs) == 1:
-            vote = self.final[keys[0]]
-            measures, call_hash = self._measures(t, vote), vote[3]
-        else:  # several judge models: their measures combined (the judge's rule)
-            measures = self.judge.combine([self._measures(t, v) for v in self.votes[keys[0]]])
+            self._add(t, self.judge.verdicts(t, None), None)
+        for key in keys:
+            src = self.sources[key]
+            if len(self.specs) == 1:
+                vote = self.final[key]
+                self._add(t, self._measures(t, src, vote), vote[3])
+                continue
+            # Several judge models: each one's measures kept as its vote, then combined by
+            # the judge's rule.
+            per_judge = []
+            for spec, vote in zip(self.specs, self.votes[key]):
+                ms = self._measures(t, src, vote)
+                per_judge.append(ms)
+                self.vote_rows += [{**self._row(t, m, vote[3]), "judge": spec.name} for m in ms]
+            self._add(t, self.judge.combine(per_judge), None)
+
+    def _add(self, t: TurnView, measures: list[Measure], call_hash) -> None:
         for m in measures:
-            assert isinstance(m, Measure)
             self.unscored[self.kind] += m.value is None and m.label is None
-            self.rows.append({"judgment_set_id": self.set_id, "episode_id": t.episode_id,
-                              "position": t.position, "measure": m.measure, "kind": self.kind,
-                              "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                              "reason": m.reason, "call_hash": call_hash})
+            self.rows.append(self._row(t, m, call_hash))

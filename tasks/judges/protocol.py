@@ -36,6 +36,11 @@ from tasks.config import ModelSpec
 from tasks.judges.prompts import text_hash
 
 
+class JudgeError(Exception):
+    """Stored input a judge cannot use (names the table, row and field): a run stops on it
+    with that one line, before the stage writes anything."""
+
+
 def reason(r) -> str:
     """The stored reason of a failed call."""
     return f"{r.error_kind}: {r.error}"

@@ -13,6 +13,10 @@ A stage says what the engine needs to know about it and nothing is written per b
   flows/, so the flow is named, not imported).
 - ``outputs``: the warehouse tables it writes. A stage's memo (tasks/engine/stage_memo.py) reads the
   tables of the spec's stages before it as its inputs.
+- ``reads``: the tables it needs a stage before it to write (the verdicts stage judges the
+  ``episodes`` the episodes stage plays): a spec whose stages do not fit is refused at load.
+- ``runs_judges``: it runs the spec's ``judges:`` (a spec that names judges needs one such
+  stage).
 - ``roles(spec)``: the model roles it calls, and which of them only when configured
   (pre-flight, ``carryon plan``, which roles a config may set).
 - ``check(spec)``: what the stage needs of the spec (raises ValueError, which the spec loader
@@ -43,6 +47,8 @@ class Stage:
     phase = "judge"
     flow = ""
     outputs: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    runs_judges = False
 
     def roles(self, spec) -> tuple[list[str], set[str]]:
         return [], set()

@@ -10,7 +10,9 @@ from tasks.stages import Stage, component_roles
 @stage("verdicts")
 class Verdicts(Stage):
     name, phase, flow = "verdicts", "judge", "flows.verdicts:verdicts_flow"
-    outputs = ("verdict_sets", "verdicts")
+    outputs = ("verdict_sets", "verdicts", "verdict_votes", "judge_agreement")
+    reads = ("episodes",)
+    runs_judges = True
 
     def roles(self, spec):
         return component_roles(spec, (("judge", spec.judges),))

@@ -4,7 +4,9 @@ from warehouse.schema.checklists import (
     Checklist, ChecklistItem, ChecklistQuery, DecomposedItem, EnsembleAnswer, GuardVerdict,
     Intent, MergedItem, Query,
 )
-from warehouse.schema.engine import BenchCondition, BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet
+from warehouse.schema.engine import (
+    BenchCondition, BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet, VerdictVote,
+)
 from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
@@ -16,7 +18,7 @@ from warehouse.schema.validation import (
 )
 
 __all__ = [
-    "BenchCondition", "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet",
+    "BenchCondition", "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet", "VerdictVote",
     "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMBatch", "LLMCall",

@@ -86,13 +86,33 @@ class Verdict(SQLModel, table=True):
     judgment_set_id: str = Field(primary_key=True)
     episode_id: str = Field(primary_key=True)
     position: int = Field(primary_key=True)  # the assistant turn's position
-    measure: str = Field(primary_key=True)  # e.g. score, act, exact_match, token_f1
+    # e.g. score, act, exact_match, token_f1; a judge that asks per unit of the item writes
+    # <measure>:<unit> (Ben-Util: fulfilled:<checklist item id>)
+    measure: str = Field(primary_key=True)
     kind: str
     model_turn: int
     # The number (a score, 0/1, an F1), in DOUBLE: a 4-byte REAL would store 2/3 as 0.6666667.
     value: float | None = Field(default=None, sa_type=Double)
     label: str | None = None  # a category (an act), where the measure has one
     reason: str | None = None  # the judge's reasoning, or why it is unscored
+    call_hash: str | None = None
+
+
+class VerdictVote(SQLModel, table=True):
+    """One judge model's own measure when several vote in a set (the combined verdict is in
+    ``verdicts``; these rows feed the panel's agreement, ``judge_agreement``)."""
+
+    __tablename__ = "verdict_votes"
+    judgment_set_id: str = Field(primary_key=True)
+    episode_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)
+    measure: str = Field(primary_key=True)
+    judge: str = Field(primary_key=True)  # the judge entry's name
+    kind: str
+    model_turn: int
+    value: float | None = Field(default=None, sa_type=Double)
+    label: str | None = None
+    reason: str | None = None
     call_hash: str | None = None
 
 

@@ -41,15 +41,13 @@ from tasks.judges.benutil import (  # noqa: F401
     BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
 )
 from tasks.engine.stage import whole_batches
-from tasks.judges.protocol import JudgeKind, keep_first, run_calls, set_hash
+from tasks.judges.protocol import (  # noqa: F401 (JudgeError: raised here, re-exported)
+    JudgeError, JudgeKind, keep_first, run_calls, set_hash,
+)
 from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
 
 # What a judge that sees the history reads in place of a blocked turn without text.
 BLOCKED_HISTORY_TEXT = "[no response: the provider blocked it]"
-
-
-class JudgeError(Exception):
-    """Stored input the judge cannot use (names the table, row and field)."""
 
 
 # ----- judges and judgment sets ------------------------------------------------------------

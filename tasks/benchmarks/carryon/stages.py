@@ -64,6 +64,8 @@ class Judge(_TableRoles):
     name, phase, flow = "judge", "judge", "flows.judge:judge_flow"
     outputs = ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
                "judged_batches", "judge_agreement")
+    reads = ("conversations", "checklists")
+    runs_judges = True
 
     def check(self, spec):
         # This stage runs Ben-Util (against the query's checklist) and safety into its own
