@@ -50,7 +50,7 @@ def _restamp_report(ctx, summary: dict) -> None:
         return
     from pathlib import Path
 
-    from tasks.report.writer import restamp_status
+    from tasks.report.page_base import restamp_status
 
     row = ctx.warehouse.run_row(ctx.run_id)
     if row:

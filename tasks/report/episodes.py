@@ -1,7 +1,9 @@
 """The report of an episode benchmark (a sister benchmark): report.md with the run, the
 models per role, episode coverage (status and termination reasons) and the spec's sections
 (registered with ``@section(name, title=...)``: ``fn(wh, spec) -> Markdown``, reading the
-spec's own views; each beside its benchmark's spec, helpers in ``tasks/report/sections/``).
+spec's own views; each beside its benchmark's spec, helpers in ``tasks/report/sections/``),
+and report.html: the same, then a browser of the episodes with their verdicts
+(tasks/report/episode_page.py).
 
 A section that fails is reported as such in its place (the traceback goes to the log): the
 others still appear. The report calls no model.
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from tasks.engine import registry
 from tasks.report.folder import atomic_folder
-from tasks.report.markdown import md_table, run_line
+from tasks.report.md_common import md_table, run_line
 from tasks.roles import report_roles
 
 log = logging.getLogger(__name__)
@@ -66,12 +68,18 @@ def render(cfg, wh, run: dict) -> str:
 
 
 def write(cfg, wh, run_id: str) -> tuple[Path, str]:
-    """Write reports/<run_id>/report.md atomically (a temporary folder renamed into place)."""
+    """Write reports/<run_id>/ (report.md, report.html, spec.json) atomically (a temporary
+    folder renamed into place)."""
+    from tasks.report import episode_page
+
     run = wh.run_row(run_id) or {"run_id": run_id, "status": "unknown"}
     text = render(cfg, wh, run)
+    browser = episode_page.browser_data(wh, cfg.spec.name)
     final = cfg.home_path / "reports" / str(run_id)
     with atomic_folder(final) as tmp:
         (tmp / "report.md").write_text(text, encoding="utf-8")
+        (tmp / "report.html").write_text(episode_page.render(
+            f"{cfg.spec.title} report {run_id}", run, text, browser), encoding="utf-8")
         (tmp / "spec.json").write_text(json.dumps(cfg.spec.model_dump(mode="json"), indent=1),
                                        encoding="utf-8")
     return final, text

@@ -1,49 +1,19 @@
-"""report.html: one self-contained page (inline CSS and JS, figures as data URIs, the
-conversation browser's data as embedded JSON).
-
-Model text is untrusted. Python escapes every string it puts in markup (html.escape), the
-browser data is JSON inside <script type="application/json"> with '<', '>' and '&' escaped
-as \\u003c etc. (so no '</script>' can end it), and the page's JS renders with textContent
-only. A Content-Security-Policy forbids any network load, so the page works offline and a
-stray URL in model text cannot fetch anything."""
+"""CarryOnBench's report.html: one self-contained page (inline CSS and JS, figures as data
+URIs, the conversation browser's data as embedded JSON), on the shell every report page
+shares (tasks/report/page_base.py: the escaping rules, the Content-Security-Policy)."""
 
 from __future__ import annotations
 
-import json
 from html import escape
 
 from tasks.report.analyses import Stat
 from tasks.report.not_drawn import figure_html
 from tasks.report import paper_compare as pc
-from tasks.untrusted import FOLD_CSS, FOLD_JS
+from tasks.report.page_base import md_inline, page, run_status_item
 from tasks.report.markdown import (
-    SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, run_line, table2_frame, table_rows,
-    validation_lines,
+    SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, table2_frame, validation_lines,
 )
-
-CSS = """
-body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
-th:first-child,td:first-child{text-align:left}
-th{background:#f0f0f0}
-.banner{background:#fff3cd;border:1px solid #e0b400;padding:.7em 1em;font-weight:bold}
-.note{color:#555;font-style:italic}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-#browser .controls label{margin-right:1em}
-#browser select{max-width:28em}
-.turn{border:1px solid #ddd;border-radius:6px;margin:.6em 0;padding:.5em .8em}
-.turn.user{background:#f6f8fa}
-.turn.assistant{background:#fff}
-.turn .head{font-size:.85em;color:#555;margin-bottom:.3em}
-.turn .move{display:inline-block;background:#e8eefc;border-radius:3px;padding:0 .4em;margin-left:.4em}
-.turn .text{white-space:pre-wrap;overflow-wrap:anywhere}
-.turn .scores{font-size:.85em;margin-top:.4em}
-.items{font-size:.85em;margin:.3em 0 0 0}
-.items .new{color:#136f2e}
-.items .repeated{color:#8a5a00}
-.items .unscored{color:#777}
-"""
+from tasks.report.md_common import table_rows
 
 JS = r"""
 (function () {
@@ -53,26 +23,7 @@ JS = r"""
   var st = document.getElementById("sel-target"), sq = document.getElementById("sel-query"),
       sf = document.getElementById("sel-flow"), box = document.getElementById("turns"),
       meta = document.getElementById("conv-meta");
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) { e.className = cls; }
-    if (text !== undefined && text !== null) { e.textContent = String(text); }
-    return e;
-  }
-  function uniq(values) {
-    var seen = {}, out = [];
-    values.forEach(function (v) { if (!seen.hasOwnProperty(v)) { seen[v] = true; out.push(v); } });
-    return out;
-  }
-  function fill(sel, values, labels) {
-    sel.textContent = "";
-    values.forEach(function (v, i) {
-      var o = el("option", null, labels ? labels[i] : v);
-      o.value = String(v);
-      sel.appendChild(o);
-    });
-  }
-  function short(s, n) { s = s || ""; return s.length > n ? s.slice(0, n - 1) + "\u2026" : s; }
+  var el = carryonEl, uniq = carryonUniq, fill = carryonFill, short = carryonShort;
   function itemList(cls, label, ids, questions) {
     var wrap = el("div", "items " + cls);
     wrap.appendChild(el("span", null, label + " (" + ids.length + "): "));
@@ -137,11 +88,6 @@ JS = r"""
 """
 
 
-def _json_for_script(obj) -> str:
-    return (json.dumps(obj, ensure_ascii=True, allow_nan=False)
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-
-
 def _table(df, headers=None) -> str:
     head, rows = table_rows(df, headers)
     out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
@@ -174,24 +120,13 @@ def _paper_section(stats: list[Stat]) -> str:
     return "\n".join(out)
 
 
-def _md_inline(s: str) -> str:
-    """The provenance lines are Markdown with `code` spans: escape, then set code."""
-    parts = escape(s.lstrip("- ")).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def run_status_item(run: dict) -> str:
-    """The run's status line, with an id so that it can be rewritten when the run closes."""
-    return f'<li id="run-status">{_md_inline(run_line(run))}</li>'
-
-
 def _validation_html(lines: list[str]) -> list[str]:
     """The human-validation section's markdown lines (headings, bullets, text) as HTML."""
     out, items = [], []
 
     def flush():
         if items:
-            out.append("<ul>" + "".join(f"<li>{_md_inline(i)}</li>" for i in items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{md_inline(i)}</li>" for i in items) + "</ul>")
             items.clear()
 
     for ln in lines:
@@ -216,8 +151,8 @@ def render(rep, browser: dict) -> str:
                     "the embedded local model (SmolLM2-135M-Instruct), whose answers and judgments are unreliable.</p>")
     lines = provenance_lines(rep)  # the first is the run's status line
     body.append("<h2>Provenance</h2><ul>" + run_status_item(d.run)
-                + "".join(f"<li>{_md_inline(x)}</li>" for x in lines[1:]) + "</ul>")
-    body.append("<h2>Rules</h2><ol>" + "".join(f"<li>{_md_inline(r)}</li>" for r in rules_list(rep)) + "</ol>")
+                + "".join(f"<li>{md_inline(x)}</li>" for x in lines[1:]) + "</ul>")
+    body.append("<h2>Rules</h2><ol>" + "".join(f"<li>{md_inline(r)}</li>" for r in rules_list(rep)) + "</ol>")
     body.append('<h2>Model summary (Table 2)</h2><div id="model-summary">')
     body.append(_table(table2_frame(rep), SUMMARY_HEAD) if not d.summary.empty
                 else '<p class="note">No completed conversations.</p>')
@@ -238,15 +173,4 @@ def render(rep, browser: dict) -> str:
         body.append(f'<p class="note">Only the first {browser["max_conversations"]} conversations are '
                     "included in this page; query the warehouse for the rest.</p>")
     body.append('<div id="conv-meta"></div><div id="turns"></div></section>')
-    csp = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
-        '<link rel="icon" href="data:,">',
-        f"<title>CarryOnBench report {escape(str(d.run['run_id']))}</title>",
-        f"<style>{CSS}{FOLD_CSS}</style></head><body>",
-        *body,
-        f'<script type="application/json" id="browser-data">{_json_for_script(browser)}</script>',
-        f"<script>{FOLD_JS}{JS}</script>",  # a long turn folds (tasks/untrusted.py)
-        "</body></html>",
-    ])
+    return page(f"CarryOnBench report {d.run['run_id']}", body, browser, JS)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
 from tasks.report import paper_compare as pc
 from tasks.report.analyses import Stat
 from tasks.report.not_drawn import figure_md
+from tasks.report.md_common import md_table, run_line
 
 RULES = [
     "Judgment sets: per query, the latest of each kind that judged it, unless `judgment_set_choice` names one "
@@ -61,39 +61,6 @@ def table2_frame(rep) -> pd.DataFrame:
     return t if isinstance(t, pd.DataFrame) else rep.data.summary
 
 
-def fmt(v, col: str = "") -> str:
-    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.3g}" if col == "p" else f"{v:.2f}"
-    if hasattr(v, "item"):  # numpy scalars
-        return fmt(v.item(), col)
-    return str(v)
-
-
-def table_rows(df: pd.DataFrame, headers: dict | None = None) -> tuple[list[str], list[list[str]]]:
-    cols = list(df.columns)
-    head = [(headers or {}).get(c, c) for c in cols]
-    # itertuples keeps each column's dtype (iterrows would turn an int column into floats).
-    return head, [[fmt(v, c) for v, c in zip(row, cols)] for row in df.itertuples(index=False)]
-
-
-def _md_cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def md_lines(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """Markdown table lines (a cell's pipes and line breaks escaped)."""
-    out = ["| " + " | ".join(map(_md_cell, headers)) + " |", "|" + "---|" * len(headers)]
-    return out + ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
-
-
-def md_table(df: pd.DataFrame, headers: dict | None = None) -> str:
-    return "\n".join(md_lines(*table_rows(df, headers)))
-
-
 def stat_md(stat: Stat) -> str:
     parts = [f"### {stat.title}", ""]
     if stat.table is not None:
@@ -119,14 +86,6 @@ def paper_section(stats: list[Stat], heading: str = "##") -> list[str]:
 def analysis_stats(stats: list[Stat]) -> list[Stat]:
     """The Analyses section's statistics: every one but the paper comparison's."""
     return [s for s in stats if s.key not in pc.KEYS]
-
-
-def run_line(run: dict) -> str:
-    """The provenance line with the run's status (rewritten in place when the run closes)."""
-    finished = f", finished {run['finished']}" if run.get("finished") else ""
-    error = f"; error: {' '.join(str(run['error']).split())}" if run.get("error") else ""
-    return (f"- Run: `{run['run_id']}` (status {run.get('status')}, started {run.get('started')}"
-            f"{finished}, git {run.get('git_rev') or 'unknown'}{error})")
 
 
 def validation_agreement(d) -> dict[str, str]:

@@ -6,7 +6,6 @@ failure leaves the previous report (or nothing), never half a report."""
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -290,28 +289,6 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     rep.figures = [(t, p if isinstance(p, NotDrawn) else final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
-
-
-_MD_RUN_LINE = re.compile(r"^- Run: `.*$", re.M)
-_HTML_RUN_LINE = re.compile(r'<li id="run-status">.*?</li>', re.S)
-
-
-def restamp_status(folder: Path, run: dict) -> None:
-    """Rewrite only the run's status line of a written report (report.md and report.html)
-    from ``run`` (the runs row). The report is written inside its run, before the run's row
-    is closed; the run calls this after closing it, so the report shows the final status.
-    Each file is replaced atomically (a temporary file renamed over it)."""
-    for name, pattern, line in (("report.md", _MD_RUN_LINE, md_mod.run_line(run)),
-                                ("report.html", _HTML_RUN_LINE, html_mod.run_status_item(run))):
-        path = folder / name
-        if not path.exists():
-            continue
-        text = path.read_text(encoding="utf-8")
-        new, n = pattern.subn(lambda _m: line, text, count=1)
-        if n:
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(new, encoding="utf-8")
-            tmp.replace(path)
 
 
 def summary_rows(wh: Warehouse) -> list[dict]:

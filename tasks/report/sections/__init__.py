@@ -7,7 +7,7 @@ table. A section is ``fn(wh, spec) -> Markdown``: it reads the views of the spec
 
 from __future__ import annotations
 
-from tasks.report.markdown import md_lines
+from tasks.report.md_common import md_lines
 
 
 def view_prefix(spec, what: str) -> str:
