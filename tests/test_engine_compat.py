@@ -1,8 +1,9 @@
 """Homes written by earlier code rerun under today's.
 
-``tests/fixtures/compat_home/`` holds one home in which the three shipped benchmarks ran
-(CarryOnBench, clarify, OpenSafeIntent), its configs and every view's rows as the code that
-wrote it computed them; its ``make.py`` writes it again from any checkout. Rerun under
+``tests/fixtures/compat_home/`` holds one home in which the six shipped benchmarks ran
+(CarryOnBench, clarify, OpenSafeIntent, EYT, regret, ClarifyMT; written at 53ee0d1), its
+configs and every view's rows as the code that wrote it computed them; its ``make.py`` writes
+it again from any checkout. Rerun under
 today's code it must send 0 requests and give identical rows in every view: the gate for any
 change of the engine, the warehouse or the report.
 
@@ -45,7 +46,7 @@ PORT = 18791  # the port the fixture's cache keys were made with
 PRE_ENGINE_CONFIG_HASH = "931e92e2b22e051a"
 COMPAT = Path(__file__).parent / "fixtures" / "compat_home"
 COMPAT_PORT = 18792  # tests/fixtures/compat_home/make.py's
-BENCHMARKS = ("carryon", "clarify", "opensafeintent")
+BENCHMARKS = ("carryon", "clarify", "opensafeintent", "eyt", "regret", "clarifymt")
 
 
 def _views(wh, names) -> dict:
@@ -115,7 +116,7 @@ def _rerun(path: Path, port: int = COMPAT_PORT) -> dict:
     return summary
 
 
-def test_home_of_the_three_benchmarks_reruns_with_zero_requests_and_identical_views(
+def test_home_of_the_six_benchmarks_reruns_with_zero_requests_and_identical_views(
         prefect_harness, compat_home):
     home, paths = compat_home
     for bench in BENCHMARKS:
@@ -124,7 +125,7 @@ def test_home_of_the_three_benchmarks_reruns_with_zero_requests_and_identical_vi
     got = _views(Warehouse(home / "warehouse.duckdb"), sorted(expected))
     assert {v for v in expected if expected[v]} >= {
         "model_summary", "conversation_scores", "turn_scores", "clarify_summary", "osi_summary",
-        "episode_verdicts"}
+        "episode_verdicts", "eyt_ficr", "regret_summary", "clarifymt_summary"}
     for name in sorted(expected):
         assert got[name] == expected[name], f"view {name} changed on the compatibility home"
 

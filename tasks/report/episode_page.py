@@ -85,6 +85,7 @@ JS = r"""
 })();
 """
 
+_SEPARATOR = re.compile(r"\|?(\s*:?-{3,}:?\s*\|)*\s*:?-{3,}:?\s*\|?")
 _INLINE = re.compile(r"`([^`]*)`|\*\*([^*]+)\*\*")
 
 
@@ -123,8 +124,11 @@ def md_html(text: str) -> list[str]:
             while i < len(lines) and lines[i].lstrip().startswith("|"):
                 block.append(lines[i])
                 i += 1
-            rows = [_cells(x) for x in block if not re.fullmatch(r"\|?[\s:|-]+\|?", x.strip())]
-            head, body = rows[0], rows[1:]
+            # The header, then (as md_lines writes it) a separator row of dashes; a cell of
+            # "-" in a later row is a value.
+            if len(block) > 1 and _SEPARATOR.fullmatch(block[1].strip()):
+                del block[1]
+            head, body = _cells(block[0]), [_cells(x) for x in block[1:]]
             out.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head)
                        + "</tr></thead><tbody>" + "".join(
                            "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>"
