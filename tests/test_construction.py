@@ -126,7 +126,7 @@ def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
 # ----- one population ----------------------------------------------------------------------------
 def test_only_checklisted_queries_enter_simulation(wh):
     from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET, select_checklisted
-    from tasks.engine.stage_errors import simulate_failure as failure_line
+    from tasks.benchmarks.carryon.failures import simulate_failure as failure_line
     from tasks.benchmarks.carryon.queries import QueryRow
 
     wh.write("intents", [{"query_id": q, "intent": f"intent {q}", "oracle_prompt": f"oracle {q}",
@@ -151,7 +151,7 @@ def test_only_checklisted_queries_enter_simulation(wh):
 
 @pytest.mark.e2e
 def test_simulate_flow_skips_queries_without_checklist(prefect_harness, write_config, llm_server):
-    from flows.simulate import simulate_flow
+    from tasks.benchmarks.carryon.subflows import simulate_flow
     from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET
     from tasks.benchmarks.carryon.checklists import build_batch
     from tasks.benchmarks.carryon.queries import run_queries

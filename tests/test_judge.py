@@ -396,7 +396,7 @@ def test_missing_query_text_is_a_clear_error_and_writes_nothing(make_ctx):
 
 @pytest.mark.slow  # the Prefect test server (prefect_harness): the judge flow
 def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harness, monkeypatch):
-    import flows.judge as fj
+    import tasks.benchmarks.carryon.subflows as fj
     from tasks.engine.run import finish_run, open_run
 
     llm_server.scripts["benutil_judge"] = keyword_judge

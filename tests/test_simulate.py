@@ -359,7 +359,7 @@ def _build_checklists(path, limit=None):
 
 @pytest.mark.slow  # the Prefect test server (prefect_harness): the simulate flow
 def test_simulate_flow_end_to_end_and_rerun(prefect_harness, write_config, llm_server):
-    from flows.simulate import simulate_flow
+    from tasks.benchmarks.carryon.subflows import simulate_flow
     from tasks.engine.run import finish_run, open_run
 
     path = write_config(flows={"lengths": [4, 6, 8, 10, 12], "bc_per_length": 2, "nc_per_length": 1})

@@ -64,7 +64,7 @@ def test_rules_for_a_failed_stage():
 
 
 def test_checklist_rules_on_query_summaries():
-    from tasks.engine.stage_errors import checklists_failure as failure_line
+    from tasks.benchmarks.carryon.failures import checklists_failure as failure_line
 
     def s(step, reason, version=None):
         return {"query_id": "q", "step": step, "reason": reason, "version": version}

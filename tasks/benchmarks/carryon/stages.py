@@ -15,6 +15,8 @@ from __future__ import annotations
 from tasks.engine.registry import stage
 from tasks.stages import Stage, table_roles
 
+SUBFLOWS = "tasks.benchmarks.carryon.subflows"  # the stages' Prefect subflows, beside them
+
 
 class _TableRoles(Stage):
     def roles(self, spec):
@@ -23,14 +25,14 @@ class _TableRoles(Stage):
 
 @stage("checklists")
 class Checklists(_TableRoles):
-    name, phase, flow = "checklists", "prepare", "flows.checklists:checklists_flow"
+    name, phase, flow = "checklists", "prepare", f"{SUBFLOWS}:checklists_flow"
     outputs = ("queries", "intents", "ensemble_answers", "guard_verdicts", "decomposed_items",
                "merged_items", "checklists", "checklist_items", "checklist_queries")
 
 
 @stage("simulate")
 class Simulate(_TableRoles):
-    name, phase, flow = "simulate", "play", "flows.simulate:simulate_flow"
+    name, phase, flow = "simulate", "play", f"{SUBFLOWS}:simulate_flow"
     outputs = ("conversations", "turns", "move_checks")
 
     def check(self, spec):
@@ -61,7 +63,7 @@ class Simulate(_TableRoles):
 
 @stage("judge")
 class Judge(_TableRoles):
-    name, phase, flow = "judge", "judge", "flows.judge:judge_flow"
+    name, phase, flow = "judge", "judge", f"{SUBFLOWS}:judge_flow"
     outputs = ("judgment_sets", "item_judgments", "safety_judgments", "judge_votes",
                "judged_batches", "judge_agreement")
     reads = ("conversations", "checklists")

@@ -1,0 +1,93 @@
+"""Why each of CarryOnBench's stages failed, read from the rows it wrote: the engine's rule
+(tasks/engine/stage_errors.py: a stage with work that produced nothing because every attempt
+was a call error) applied to its tables, and the checklist stage's own (queries left unbuilt
+because a call got no answer)."""
+
+from __future__ import annotations
+
+from tasks.engine.stage_errors import all_failed, causes, every, is_call_error
+
+
+def _drop_reason(s: dict, guard_errors: dict[str, str]) -> str | None:
+    step, reason = s["step"], s["reason"] or ""
+    if step == "intent":
+        reason = reason.removeprefix("no benign intent: ")
+    elif step == "guard" and s["query_id"] in guard_errors:
+        reason = guard_errors[s["query_id"]]  # the guard calls failed: not a verdict
+    return f"{step}: {reason}"
+
+
+def checklists_failure(wh, summaries: list[dict]) -> str | None:
+    """Why the stage failed, when it had queries, built no checklist, and every query was
+    dropped by a model/call error (a query dropped by a guard verdict or the misuse filter is
+    a content decision, not a failure of the stage). None otherwise."""
+    if not summaries or any(s["version"] for s in summaries):
+        return None
+    guard_ids = [s["query_id"] for s in summaries if s["step"] == "guard"]
+    guard_errors: dict[str, str] = {}
+    if guard_ids:
+        # A query dropped at the guard step lost its answers either to harmful verdicts (data)
+        # or to failed guard calls; only the latter, for every dropped answer, is an error.
+        rows = wh.query("SELECT query_id, reason FROM guard_verdicts "
+                        "WHERE list_contains(?, query_id) AND NOT kept", [guard_ids])
+        by_query: dict[str, list[str]] = {}
+        for r in rows:
+            by_query.setdefault(r["query_id"], []).append(r["reason"] or "")
+        guard_errors = {q: rs[0] for q, rs in by_query.items() if rs and all(is_call_error(x) for x in rs)}
+    reasons = [_drop_reason(s, guard_errors) for s in summaries]
+    return all_failed(len(summaries), 0, reasons, every(len(summaries), "query", "queries") + " dropped")
+
+
+def checklists_unbuilt(summaries: list[dict]) -> str | None:
+    """Why the stage failed when some queries could not be built because a call got no answer
+    (``failed``: a transport fault past the retries, never a filter's verdict): the checklists
+    it built are kept, the rerun builds the rest. None when every query was built or dropped
+    by a decision."""
+    failed = [s for s in summaries if s.get("failed")]
+    if not failed:
+        return None
+    reasons = [f"{s['step']}: {s['reason']}" for s in failed]
+    return (f"{len(failed)} of {len(summaries)} queries could not be built because their calls "
+            f"failed (a rerun retries them; the other {len(summaries) - len(failed)} were built "
+            f"or dropped by a filter): {causes(reasons)}")
+
+
+def simulate_failure(wh, queries, ready, skipped: dict, by_status: dict, query_ids: list[str],
+                     targets: list[str]) -> str | None:
+    """Why the stage failed: it had queries but every one lacked its checklist because the
+    checklist stage's calls failed (the reasons are call errors), or it ran conversations and
+    none completed because their calls failed (target_error, simulator_error,
+    context_exceeded). None otherwise: queries skipped by a content decision (a guard verdict,
+    the misuse filter) or not built yet leave the stage with nothing to do, not failed."""
+    if queries and not ready:
+        reasons = [(r or "").removeprefix("no checklist: ").replace("no benign intent: ", "", 1)
+                   for r in skipped.values()]
+        return all_failed(len(queries), 0, reasons, every(len(queries), "query", "queries") + " skipped")
+    n = sum(by_status.values())
+    # Conversations the move checker excluded ran to their end: that is not a call failure.
+    if not n or by_status.get("completed", 0) or by_status.get("move_check_failed", 0):
+        return None
+    rows = wh.query("SELECT status, error FROM conversations WHERE list_contains(?, query_id) "
+                    "AND list_contains(?, target) AND status <> 'completed'", [query_ids, targets])
+    return all_failed(n, 0, [f"{r['status']}: {r['error']}" for r in rows],
+                      every(n, "conversation", "conversations") + " failed")
+
+
+def judge_failure(wh, plan) -> str | None:
+    """Why the stage failed: for Ben-Util or safety, there were judgments to make and every
+    one is unscored because its judge calls failed (an unscored verdict from a tie or a
+    missing majority is a judges' disagreement, not a failure). None otherwise, and None
+    with nothing to judge."""
+    cids = [c for c, _ in plan.conversations]
+    if not cids:
+        return None
+    out = []
+    for kind, table, value, set_id in (("Ben-Util", "item_judgments", "fulfilled", plan.benutil_set),
+                                       ("safety", "safety_judgments", "score", plan.safety_set)):
+        rows = wh.query(f"SELECT {value} IS NOT NULL AS scored, reason FROM {table} "
+                        "WHERE judgment_set_id = ? AND list_contains(?, conversation_id)", [set_id, cids])
+        what = every(len(rows), f"{kind} judgment", f"{kind} judgments") + " unscored"
+        line = all_failed(len(rows), sum(r["scored"] for r in rows), [r["reason"] for r in rows], what)
+        if line:
+            out.append(line)
+    return "; ".join(out) or None
