@@ -15,7 +15,9 @@ from tasks.config import ConfigError, load_config
 
 
 def run(config: str = ConfigOpt,
-        stages: str = typer.Option("all", help="Comma-separated: checklists,simulate,judge,report."),
+        stages: str = typer.Option("all", help=(
+            "Comma-separated, of the stages the benchmark's spec lists (its stages:), run "
+            "in the spec's order.")),
         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
         shard_index: int = typer.Option(0, help="This worker's shard (0-based)."),
         shard_count: int = typer.Option(1, help="How many shards split the queries."),

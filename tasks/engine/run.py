@@ -18,12 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tasks.bench import CARRYON_STAGES, condition_rows
+from tasks.bench import condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
 from tasks.engine.items import Item
 from warehouse import Warehouse
 
-STAGES = list(CARRYON_STAGES)  # CarryOnBench's; a config's spec gives its own (cfg.spec.stages)
 
 # Packages whose versions shape results, recorded with every run.
 PROVENANCE_PACKAGES = ["carryonbench", "litellm", "prefect", "duckdb", "sqlmodel", "pydantic",
@@ -82,9 +81,9 @@ def get_run(run_id: str) -> RunContext:
         raise RuntimeError(f"run {run_id} is not open in this process") from None
 
 
-def parse_stages(stages: str | list[str] | None, known: list[str] | None = None) -> list[str]:
+def parse_stages(stages: str | list[str] | None, known: list[str]) -> list[str]:
     """The selected stages in pipeline order; ``known`` = the benchmark's stages."""
-    known = list(known or STAGES)
+    known = list(known)
     if stages in (None, "", "all"):
         return known
     names = [s.strip() for s in (stages.split(",") if isinstance(stages, str) else stages) if s.strip()]
