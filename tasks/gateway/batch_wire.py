@@ -230,7 +230,7 @@ class AnthropicWire(_ProviderAdapter):
         raw = await _http("POST", f"{self._base(spec)}/v1/messages/batches",
                           self._headers(spec, role), spec.timeout_s, {"requests": lines})
         b = json.loads(raw)
-        return {"batch_id": b["id"], "input_file_id": None, "status": self._status(b)}
+        return {"batch_id": b["id"], "input_file_id": "", "status": self._status(b)}
 
     @staticmethod
     def _status(b: dict) -> str:
@@ -306,7 +306,7 @@ class GeminiWire(_ProviderAdapter):
         raw = await _http("POST", f"{self._base(spec)}/models/{_bare(spec.model)}:batchGenerateContent",
                           self._headers(spec), spec.timeout_s, body)
         op = json.loads(raw)
-        return {"batch_id": op["name"].removeprefix("batches/"), "input_file_id": None,
+        return {"batch_id": op["name"].removeprefix("batches/"), "input_file_id": "",
                 "status": self._status(op)}
 
     @staticmethod
