@@ -20,9 +20,10 @@ are priced live there).
 from __future__ import annotations
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.judges.prompt_layout import (
-    CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
+    CHARS_PER_TOKEN, ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens,
+    provider,
 )
 from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens
 from tasks.roles import ROLE_TABLE
@@ -53,7 +54,9 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
     for s in cfg.role_specs("benutil_judge"):
         floor = cache_min_tokens(s.model)
         share = _cache_share("benutil_judge", s, target_out, mean_items)
-        if floor is None:
+        if provider(s.model) in NOT_SENT:
+            why = NOT_SENT[provider(s.model)] + ", so cached_usd = cost_usd"
+        elif floor is None:
             why = "its provider's prompt cache is not known here: no cached price"
         elif share:
             why = (f"{share:.0%} of its prompt tokens can be cache reads (the later "
@@ -144,6 +147,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                   "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
                                                 if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
+        *batch_notes(cfg, [r["role"] for r in rows]),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):
