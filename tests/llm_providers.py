@@ -128,15 +128,19 @@ class ProviderAPIs:
         self.batches: dict[str, dict] = {}
         self.files: dict[str, bytes] = {}
         self.submitted: list[dict] = []  # every create request's body, for tests to read
+        self.keys_seen: set[str] = set()  # API keys the batch requests carried (headers)
         self._n = 0
 
     def _id(self, prefix: str) -> str:
         self._n += 1
         return f"{prefix}{self._n:04d}"
 
-    def _count(self, route: str) -> None:
+    def _count(self, route: str, request: web.Request | None = None) -> None:
         self.server.counts["total"] += 1
         self.server.counts[route] += 1
+        if request is not None:
+            self.keys_seen |= {request.headers[h] for h in ("x-api-key", "x-goog-api-key")
+                               if h in request.headers}
 
     async def _openai(self, body: dict, role: str) -> tuple[int, dict]:
         resp = await self.server._answer(body, role, "chat")
@@ -244,7 +248,7 @@ class ProviderAPIs:
                 "results_url": f"{base}/v1/messages/batches/{b['id']}/results" if ended else None}
 
     async def anthropic_create(self, request: web.Request) -> web.Response:
-        self._count("POST /v1/messages/batches")
+        self._count("POST /v1/messages/batches", request)
         raw = await request.read()
         if self.server.batch_faults.reject:
             return anthropic_error(400, "invalid_request_error", "injected: batch refused")
@@ -330,7 +334,7 @@ class ProviderAPIs:
         return op
 
     async def gemini_create(self, request: web.Request, model: str) -> web.Response:
-        self._count("POST /v1beta/batchGenerateContent")
+        self._count("POST /v1beta/batchGenerateContent", request)
         raw = await request.read()
         if self.server.batch_faults.reject:
             return gemini_error(429, "RESOURCE_EXHAUSTED", "injected: batch refused")

@@ -239,3 +239,38 @@ def test_batch_routes_say_which_providers_have_a_batch_path():
     route, why = batch_route("vertex_ai/gemini-2.5-flash")
     assert route is None and "Cloud Storage" in why
     assert batch_route("together_ai/x/y")[0] is None
+
+
+@native
+def test_the_key_travels_in_a_header_and_nowhere_else(llm_server, home, provider, monkeypatch,
+                                                      caplog):
+    tmp, wh = home
+    secret = "sk-test-SECRET-4242"
+    monkeypatch.setenv("CARRYON_TEST_KEY", secret)
+    gw = gateway(tmp)
+    got = run_batch(gw, wh, calls_for(spec_for(llm_server, provider, api_key_env="CARRYON_TEST_KEY")))
+    assert all(r.ok and r.batch_id for r in got)
+    assert llm_server.providers.keys_seen == {secret}
+    rows = wh.query("SELECT * FROM llm_batches") + gw.drain_records()
+    assert secret not in json.dumps(rows, default=str) and secret not in caplog.text
+    gw.close()
+
+
+@native
+def test_an_unreadable_answer_sends_only_its_line_live(llm_server, home, provider, monkeypatch):
+    tmp, wh = home
+    wire, real = WIRES[provider], WIRES[provider].answer
+    seen = []
+
+    def answer(kwargs, messages, raw):  # the second answer read cannot be parsed
+        seen.append(1)
+        if len(seen) == 2:
+            raise ValueError("garbled")
+        return real(kwargs, messages, raw)
+
+    monkeypatch.setattr(wire, "answer", answer)
+    gw = gateway(tmp)
+    got = run_batch(gw, wh, calls_for(spec_for(llm_server, provider)))
+    assert all(r.ok for r in got) and llm_server.counts[ROLE] == 1
+    assert wh.query("SELECT consumed FROM llm_batches") == [{"consumed": True}]
+    gw.close()

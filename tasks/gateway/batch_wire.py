@@ -140,6 +140,18 @@ class _ProviderAdapter:
             encoding=None, json_mode=params.get("json_mode"))
 
 
+    def read(self, cid, request, raw: dict) -> tuple:
+        """One answered line: ``(cid, ModelResponse, None)``, or ``(cid, None, why)`` when no
+        caller asks for it any more or litellm cannot read it (that line alone goes live)."""
+        kwargs, messages = request(cid)
+        if kwargs is None:
+            return cid, None, "no caller asks for this line"
+        try:
+            return cid, self.answer(kwargs, messages, raw), None
+        except Exception as e:  # noqa: BLE001 - one unreadable answer must not sink the batch
+            return cid, None, f"unreadable answer ({type(e).__name__}: {str(e)[:150]})"
+
+
 class OpenAIWire:
     """OpenAI's batch API through litellm (files + batches), as before this module."""
 
@@ -260,9 +272,7 @@ class AnthropicWire(_ProviderAdapter):
             line = json.loads(text)
             cid, result = line.get("custom_id"), line.get("result") or {}
             if result.get("type") == "succeeded":
-                kwargs, messages = request(cid)
-                out.append((cid, self.answer(kwargs, messages, result["message"]) if kwargs else None,
-                            None))
+                out.append(self.read(cid, request, result["message"]))
             else:
                 err = (result.get("error") or {}).get("error") or {}
                 out.append((cid, None, f"{result.get('type')}: {err.get('type', '')} "
@@ -279,7 +289,8 @@ class GeminiWire(_ProviderAdapter):
     """The Gemini API's batch mode with inline requests (see the module docstring)."""
 
     provider = "gemini"
-    # Inline requests: 20 MB for the whole create request; a margin for its envelope.
+    # Inline requests: 20 MB for the whole create request (a margin for its envelope); the
+    # reference names no cap on their number, so OpenAI's 50,000 bounds one batch here too.
     limits = Limits(lines=50_000, bytes=19 * 2**20)
     DEFAULT_BASE = "https://generativelanguage.googleapis.com/v1beta"
 
@@ -340,9 +351,7 @@ class GeminiWire(_ProviderAdapter):
         for item in items:
             cid = (item.get("metadata") or {}).get("key")
             if item.get("response") is not None:
-                kwargs, messages = request(cid)
-                out.append((cid, self.answer(kwargs, messages, item["response"]) if kwargs else None,
-                            None))
+                out.append(self.read(cid, request, item["response"]))
             else:
                 err = item.get("error") or item.get("status") or {}
                 out.append((cid, None, f"{err.get('status', '')} {err.get('message', '')}".strip()[:200]))
