@@ -6,9 +6,10 @@ messages, schema, sample_key) and returns one ``CallResult`` per call, in order,
 
 1. cache hits are answered from the gateway's cache, under the gateway's own cache key
    (``Gateway.chat_key``): a batch run and a live run share every entry;
-2. the misses of models with ``batch: true`` are written as JSONL request lines (at most
-   ``batch_size`` per batch, one line per distinct cache key), uploaded and submitted; models
-   without it are called live;
+2. the misses of models with ``batch: true`` become request lines of their provider's batch
+   API (one line per distinct cache key; at most ``batch_size`` lines per batch and the
+   provider's caps on lines and bytes) and are submitted; models without it, or whose
+   provider has no batch path here, are called live;
 3. every submitted batch is stored in the warehouse table ``llm_batches`` (provider id, model,
    role, the ``custom_id`` → cache key map, status) before it is polled, so a process killed
    while it waits resumes polling the stored batch on the next run instead of paying again;
@@ -16,8 +17,8 @@ messages, schema, sample_key) and returns one ``CallResult`` per call, in order,
 5. each answered line goes through the live path's own judging (``answers.judge``: parse,
    schema validation, junk rules, failure kinds), cache write and provenance row
    (``Gateway._store``), with ``batch_id`` set;
-6. lines the batch did not answer (error file, expired or cancelled batch) and answers that
-   need a re-ask are sent once through ``Gateway.chat`` (its own retries and re-asks); what
+6. lines the batch did not answer (failed lines, an expired or cancelled batch, results that
+   cannot be read) and answers that need a re-ask are sent once through ``Gateway.chat`` (its own retries and re-asks); what
    still fails is a ``CallResult`` with ``error_kind``, never an exception.
 
 Providers: each batch API has a ``Wire`` (tasks/gateway/batch_wire.py): OpenAI's format through
