@@ -138,38 +138,47 @@ class BatchClient:
         out = []
         for group in groups.values():
             spec, role = group[0].call.spec, group[0].call.role
-            for chunk in self._chunks(spec, group):
-                try:
-                    out.append(await self._submit_one(spec, role, chunk))
-                except Exception as e:  # an upload or submit refused: these lines go live
-                    log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
-                                spec.where, spec.model, type(e).__name__, str(e)[:200], len(chunk))
-                    out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, (ln, _)
-                                                                       in enumerate(chunk)})})
+            for chunk, error in self._chunks(spec, group):
+                if error is None:
+                    try:
+                        out.append(await self._submit_one(spec, role, chunk))
+                        continue
+                    except Exception as e:  # an upload or submit refused
+                        error = e
+                log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
+                            spec.where, spec.model, type(error).__name__, str(error)[:200], len(chunk))
+                out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, (ln, _)
+                                                                   in enumerate(chunk)})})
         if out:
             log.info("batches: %d submitted (%d lines)", sum(b["batch_id"] is not None for b in out),
                      len(lines))
         return out
 
     def _chunks(self, spec: ModelSpec, group: list[_Line]):
-        """The group's request lines, cut into batches the provider accepts: at most
-        ``batch_size`` lines and the wire's caps on lines and bytes."""
+        """``(chunk, None)``: the group's request lines cut into batches the provider accepts
+        (at most ``batch_size`` lines and the wire's caps on lines and bytes); ``([line],
+        error)``: a line whose request cannot be built (a parameter the provider's adapter
+        refuses), sent live, where it fails as data."""
         wire = wire_for(spec.model)
         cap = min(spec.batch_size, wire.limits.lines)
         chunk: list[tuple[_Line, dict]] = []
         size = 0
         for ln in group:
-            kwargs, messages = self._request(ln)
-            req = wire.line(str(len(chunk)), kwargs, messages)
+            try:
+                kwargs, messages = self._request(ln)
+                req = wire.line(str(len(chunk)), kwargs, messages)
+            except Exception as e:
+                yield [(ln, None)], e
+                continue
             n = len(json.dumps(req, ensure_ascii=False).encode()) + 1
             if chunk and (len(chunk) >= cap or size + n > wire.limits.bytes):
-                yield chunk
+                yield chunk, None
                 chunk, size = [], 0
                 req = wire.line("0", kwargs, messages)
             chunk.append((ln, req))
             size += n
         if chunk:
-            yield chunk
+            yield chunk, None
 
     async def _submit_one(self, spec: ModelSpec, role: str, chunk: list[tuple[_Line, dict]]) -> dict:
         cids = {f"{n}": ln.key for n, (ln, _) in enumerate(chunk)}
