@@ -18,8 +18,9 @@ messages, schema, sample_key) and returns one ``CallResult`` per call, in order,
    schema validation, junk rules, failure kinds), cache write and provenance row
    (``Gateway._store``), with ``batch_id`` set;
 6. lines the batch did not answer (failed lines, an expired or cancelled batch, results that
-   cannot be read) and answers that need a re-ask are sent once through ``Gateway.chat`` (its own retries and re-asks); what
-   still fails is a ``CallResult`` with ``error_kind``, never an exception.
+   cannot be read) and answers that need a re-ask are sent once through ``Gateway.chat`` (its
+   own retries and re-asks); what still fails is a ``CallResult`` with ``error_kind``, never
+   an exception.
 
 Providers: each batch API has a ``Wire`` (tasks/gateway/batch_wire.py): OpenAI's format through
 litellm (OpenAI, Azure, OpenAI-compatible servers), Anthropic Message Batches and the Gemini
