@@ -11,7 +11,7 @@ role a script is chosen by comes from the batch's ``metadata["carryon_role"]`` (
 carry it in the ``x-carryon-role`` header).
 
 Batch faults (``server.batch_faults``, see ``BatchFaults``) apply to batches created while
-they are set. Every request counts in ``counts["total"]`` and in ``counts[route]`` (e.g.
+they are set, here and in the Anthropic and Gemini batch APIs (tests/llm_providers.py). Every request counts in ``counts["total"]`` and in ``counts[route]`` (e.g.
 ``counts["POST /v1/batches"]``); each answered line counts in ``counts["batch_lines"]`` and
 ``counts["batch_line:<role>"]`` (not in ``counts[role]``, which stays the live requests).
 """
@@ -44,6 +44,10 @@ class BatchFaults:
     poll_errors: int = 0
     # Output and error files cannot be downloaded (HTTP 404): results are lost.
     lose_results: bool = False
+    # Result lines come back in reverse order of the request lines.
+    shuffle: bool = False
+    # Gemini only: results in a responses file instead of inline in the operation.
+    as_file: bool = False
 
 
 def _body(resp: web.Response) -> dict:
@@ -112,7 +116,7 @@ class BatchAPI:
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
             # the faults in force when it was created, copied so a test may change them later
             "_faults": BatchFaults(f.outcome, f.answered, set(f.fail_lines), f.delay_polls,
-                                   f.cached_tokens),
+                                   f.cached_tokens, shuffle=f.shuffle),
             "_polls": 0,
         }
         return web.json_response(self._public(bid))
@@ -184,6 +188,8 @@ class BatchAPI:
             entry = {"id": f"req-{i}", "custom_id": cid, "error": None,
                      "response": {"status_code": resp.status, "request_id": f"req-{i}", "body": body}}
             (out if resp.status == 200 else err).append(entry)
+        if faults.shuffle:
+            out.reverse()
         b["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(err)}
         for key, rows in (("output_file_id", out), ("error_file_id", err)):
             if rows:

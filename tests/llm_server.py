@@ -1,7 +1,8 @@
 """A loopback LLM server that speaks the OpenAI HTTP API, for hermetic tests and benchmarks.
 
 It answers ``/v1/chat/completions`` and ``/v1/completions`` so the real litellm HTTP path is
-exercised, and the OpenAI batch API (files and batches: ``tests/llm_batch.py``). Answers are deterministic functions of the request:
+exercised, the OpenAI batch API (files and batches: ``tests/llm_batch.py``), and Anthropic's
+and Gemini's live and batch APIs (``tests/llm_providers.py``). Answers are deterministic functions of the request:
 
 - structured requests (``response_format`` with a JSON schema) get a schema-valid instance
   whose booleans and integers vary with a hash of the prompt;
@@ -36,6 +37,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tests.llm_batch import BatchAPI, BatchFaults
+from tests.llm_providers import ProviderAPIs
 
 
 @dataclass
@@ -184,6 +186,8 @@ class LLMServer:
         # The OpenAI batch API (tests/llm_batch.py) and its faults.
         self.batch_faults = BatchFaults()
         self.batch = BatchAPI(self)
+        # Anthropic's and Gemini's live and batch APIs (tests/llm_providers.py).
+        self.providers = ProviderAPIs(self)
         self.port: int | None = None
         self._runner = None
         self._loop = None
@@ -331,6 +335,7 @@ class LLMServer:
             app.router.add_post(f"{prefix}/embeddings", embeddings)
             app.router.add_get(f"{prefix}/models", models)
         self.batch.routes(app)
+        self.providers.routes(app)
         app.router.add_get("/_stats", stats)
         app.router.add_post("/_reset", reset)
         app.router.add_post("/_config", configure)
@@ -370,6 +375,16 @@ class LLMServer:
     @property
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_base(self) -> str:
+        """An ``anthropic/`` model entry's api_base (litellm appends /v1/messages)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def gemini_base(self) -> str:
+        """A ``gemini/`` model entry's api_base (litellm appends /models/{model}:generateContent)."""
+        return f"http://127.0.0.1:{self.port}/v1beta"
 
 
 def main() -> None:

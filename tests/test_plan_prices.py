@@ -196,3 +196,31 @@ def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
     # A remote price map can change between runs: then litellm is asked, the memo ignored.
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "False")
     assert rates(s, memo) == rates(s) and rates(s).input != 1.0
+
+
+def test_plan_prices_batch_only_where_this_version_submits_one(tmp_path):
+    """batch_usd is the batch price where the provider's batch path exists here (OpenAI,
+    Anthropic, Gemini) and the live price where it does not (Vertex AI, Together); the notes
+    name every entry that says batch: true and is called live anyway, and why."""
+    from tests.conftest import base_config
+
+    cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
+    price = {"input_per_mtok": 2.0, "output_per_mtok": 8.0, "cached_input_per_mtok": 0.5}
+    models = {"safety_judge": "anthropic/claude-sonnet-4-20250514",
+              "benutil_judge": "vertex_ai/gemini-2.5-flash",
+              "user_simulator": "gemini/gemini-2.5-flash"}
+    for role, model in models.items():
+        cfg["models"][role].update(model=model, batch=True, price=price)
+    path = _write(tmp_path, cfg)
+    rows, notes = make_plan(load_config(path))
+    rows = {r["role"]: r for r in rows}
+    for role in ("safety_judge", "user_simulator"):
+        assert rows[role]["submit"] == "batch"
+        assert rows[role]["batch_usd"] == pytest.approx(rows[role]["cost_usd"] * 0.5, abs=0.01)
+    vertex = rows["benutil_judge"]
+    assert vertex["submit"] == "live" and vertex["batch_usd"] == vertex["cost_usd"]
+    assert rows["intent_rewriter"]["submit"] == "live"  # no batch: true
+    assert any(n.startswith("batch: true, but called live (no batch path here): "
+                            "benutil_judge vertex_ai/gemini-2.5-flash") for n in notes)
+    assert any("benutil_judge vertex_ai/gemini-2.5-flash: Vertex AI batch prediction" in n
+               for n in notes)

@@ -95,5 +95,13 @@ def test_cached_share_worked_by_hand():
     # No provider cache known: no estimate (never a silent 0).
     assert layout.cached_share("openai/local-smollm2", 24, 800, 16, 4) is None
     assert layout.cached_share("together_ai/meta-llama/x", 24, 800, 16, 4) is None
-    assert cache_min_tokens("anthropic/claude-sonnet-4") == 1024
+    # Anthropic reads only prefixes marked with cache_control, which the gateway does not send:
+    # no floor of its own, and a share of 0 (priced live), not None (unknown).
+    assert cache_min_tokens("anthropic/claude-sonnet-4") is None
+    assert layout.cached_share("anthropic/claude-sonnet-4", 24, 800, 16, 4) == 0.0
+    # Gemini's implicit cache: 2,048 tokens for 2.5 models, 4,096 for 3.x (its caching page).
+    assert cache_min_tokens("gemini/gemini-2.5-flash") == 2048
+    assert cache_min_tokens("gemini/gemini-3-flash-preview") == 4096
+    assert layout.cached_share("gemini/gemini-2.5-flash", 24, 800, 16, 4) == 0.0  # 1074 < 2048
+    assert layout.cached_share("gemini/gemini-2.5-flash", 24, 1800, 16, 4) > 0
     assert cache_min_tokens("gpt-4o") == 1024  # no prefix: litellm's default provider, OpenAI

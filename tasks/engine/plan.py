@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
-from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.engine import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
@@ -141,6 +141,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
+    notes += batch_notes(cfg, [r["role"] for r in rows])
     notes += [cost_note(rows, "prompt caching is not estimated for these prompts "
                               "(cached_usd = cost_usd)."),
               "calls already in the cache are not sent again: a rerun costs only what changed."]

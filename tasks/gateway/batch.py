@@ -6,9 +6,10 @@ messages, schema, sample_key) and returns one ``CallResult`` per call, in order,
 
 1. cache hits are answered from the gateway's cache, under the gateway's own cache key
    (``Gateway.chat_key``): a batch run and a live run share every entry;
-2. the misses of models with ``batch: true`` are written as JSONL request lines (at most
-   ``batch_size`` per batch, one line per distinct cache key), uploaded and submitted; models
-   without it are called live;
+2. the misses of models with ``batch: true`` become request lines of their provider's batch
+   API (one line per distinct cache key; at most ``batch_size`` lines per batch and the
+   provider's caps on lines and bytes) and are submitted; models without it, or whose
+   provider has no batch path here, are called live;
 3. every submitted batch is stored in the warehouse table ``llm_batches`` (provider id, model,
    role, the ``custom_id`` → cache key map, status) before it is polled, so a process killed
    while it waits resumes polling the stored batch on the next run instead of paying again;
@@ -16,21 +17,17 @@ messages, schema, sample_key) and returns one ``CallResult`` per call, in order,
 5. each answered line goes through the live path's own judging (``answers.judge``: parse,
    schema validation, junk rules, failure kinds), cache write and provenance row
    (``Gateway._store``), with ``batch_id`` set;
-6. lines the batch did not answer (error file, expired or cancelled batch) and answers that
-   need a re-ask are sent once through ``Gateway.chat`` (its own retries and re-asks); what
-   still fails is a ``CallResult`` with ``error_kind``, never an exception.
+6. lines the batch did not answer (failed lines, an expired or cancelled batch, results that
+   cannot be read) and answers that need a re-ask are sent once through ``Gateway.chat`` (its
+   own retries and re-asks); what still fails is a ``CallResult`` with ``error_kind``, never
+   an exception.
 
-Providers: litellm 1.110.2 (pinned) routes ``acreate_batch`` / ``aretrieve_batch`` /
-``acreate_file`` / ``afile_content`` to OpenAI-compatible servers (``openai``,
-``hosted_vllm``, ``litellm_proxy``), Azure OpenAI, Vertex AI, xAI, and through provider
-configs Bedrock, Mistral and Gemini. Anthropic has a ``retrieve_batch`` and a files adapter
-but no ``create_batch`` route, so its Message Batches cannot be submitted through litellm.
-This module speaks the OpenAI batch format (JSONL ``{"custom_id", "method", "url",
-"body"}``), which fits the OpenAI-compatible providers and Azure; other providers fall back
-to live calls with a warning. Only the OpenAI path is tested (the loopback server of
-``tests/llm_server.py``). Request lines carry the same body the live path sends for these
-models (messages, generation parameters, response_format); providers that rename parameters
-(e.g. max_completion_tokens for OpenAI reasoning models) are not translated here.
+Providers: each batch API has a ``Wire`` (tasks/gateway/batch_wire.py): OpenAI's format through
+litellm (OpenAI, Azure, OpenAI-compatible servers), Anthropic Message Batches and the Gemini
+API's batch mode. A wire builds each request line from the live path's own request (litellm's
+adapter for the provider), so a line is the request a live call would send; batches are cut
+to the provider's caps on lines and bytes. Models without a wire (Vertex AI, Bedrock, …) are
+called live with a warning that says why, and ``carryon plan`` prices them live.
 """
 
 from __future__ import annotations
@@ -47,22 +44,18 @@ from pydantic import BaseModel
 
 from tasks.config import ModelSpec
 from tasks.gateway.answers import judge
+from tasks.gateway.batch_wire import batch_route, wire_for
 from tasks.gateway.keys import normalise_api_base
 from tasks.gateway.prices import billed
 from tasks.gateway.result import CallResult
-from tasks.gateway.transport import _cached_tokens, _litellm
+from tasks.gateway.transport import _cached_tokens
 
 if TYPE_CHECKING:  # annotations only: client.py imports this module (through batching.py)
     from tasks.gateway.client import Gateway
 
 log = logging.getLogger("carryon.gateway.batch")
 
-# litellm providers whose batch API takes OpenAI-format JSONL lines.
-OPENAI_FORMAT_PROVIDERS = ("openai", "hosted_vllm", "litellm_proxy", "azure")
 TERMINAL = ("completed", "expired", "cancelled", "failed")
-# Arguments of a litellm call that are not part of the provider's request body.
-_NOT_BODY = ("api_base", "api_key", "timeout", "max_retries", "num_retries", "extra_headers",
-             "allowed_openai_params")
 
 
 @dataclass
@@ -127,33 +120,16 @@ class BatchClient:
     def _batchable(spec: ModelSpec) -> bool:
         if not spec.batch:
             return False
-        provider = _litellm().get_llm_provider(spec.model)[1]
-        if provider not in OPENAI_FORMAT_PROVIDERS:
-            log.warning("%s (%s): litellm provider %s has no OpenAI-format batch API here; "
-                        "calling it live", spec.where, spec.model, provider)
+        if wire_for(spec.model) is None:
+            log.warning("%s (%s): %s; calling it live", spec.where, spec.model,
+                        batch_route(spec.model)[1])
             return False
         return True
 
-    def _body(self, ln: _Line) -> dict:
-        """The request line's body: what the live path sends for this call."""
+    def _request(self, ln: _Line) -> tuple[dict, list]:
+        """litellm's arguments and the messages of a line's call: what the live path sends."""
         c = ln.call
-        kwargs, messages = self.gw._request_kwargs(c.spec, c.role, c.messages, c.schema)
-        body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY}
-        body["model"] = _litellm().get_llm_provider(c.spec.model)[0]
-        return {"messages": messages, **body}
-
-    @staticmethod
-    def _creds(spec: ModelSpec) -> dict:
-        from tasks.config import api_key_for
-
-        # No retries inside the SDK: a failed poll is polled again, a failed submit goes live.
-        out = {"custom_llm_provider": _litellm().get_llm_provider(spec.model)[1], "max_retries": 0}
-        if spec.api_base:
-            out["api_base"] = spec.api_base
-        key = api_key_for(spec) or ("none" if spec.api_base else None)
-        if key:
-            out["api_key"] = key
-        return out
+        return self.gw._request_kwargs(c.spec, c.role, c.messages, c.schema)
 
     async def _submit(self, lines: list[_Line]) -> list[dict]:
         groups: dict[tuple, list[_Line]] = {}
@@ -163,35 +139,57 @@ class BatchClient:
         out = []
         for group in groups.values():
             spec, role = group[0].call.spec, group[0].call.role
-            for start in range(0, len(group), spec.batch_size):
-                chunk = group[start:start + spec.batch_size]
-                try:
-                    out.append(await self._submit_one(spec, role, chunk))
-                except Exception as e:  # an upload or submit refused: these lines go live
-                    log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
-                                spec.where, spec.model, type(e).__name__, str(e)[:200], len(chunk))
-                    out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, ln
-                                                                       in enumerate(chunk)})})
+            for chunk, error in self._chunks(spec, group):
+                if error is None:
+                    try:
+                        out.append(await self._submit_one(spec, role, chunk))
+                        continue
+                    except Exception as e:  # an upload or submit refused
+                        error = e
+                log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
+                            spec.where, spec.model, type(error).__name__, str(error)[:200], len(chunk))
+                out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, (ln, _)
+                                                                   in enumerate(chunk)})})
         if out:
             log.info("batches: %d submitted (%d lines)", sum(b["batch_id"] is not None for b in out),
                      len(lines))
         return out
 
-    async def _submit_one(self, spec: ModelSpec, role: str, lines: list[_Line]) -> dict:
-        litellm, creds = _litellm(), self._creds(spec)
-        cids = {f"{n}": ln.key for n, ln in enumerate(lines)}
-        data = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
-                                   "body": self._body(ln)}, ensure_ascii=False) + "\n"
-                       for cid, ln in zip(cids, lines)).encode()
-        f = await litellm.acreate_file(file=("carryon-batch.jsonl", data, "application/jsonl"),
-                                       purpose="batch", **creds)
-        b = await litellm.acreate_batch(completion_window="24h", endpoint="/v1/chat/completions",
-                                        input_file_id=f.id, metadata={"carryon_role": role}, **creds)
+    def _chunks(self, spec: ModelSpec, group: list[_Line]):
+        """``(chunk, None)``: the group's request lines cut into batches the provider accepts
+        (at most ``batch_size`` lines and the wire's caps on lines and bytes); ``([line],
+        error)``: a line whose request cannot be built (a parameter the provider's adapter
+        refuses), sent live, where it fails as data."""
+        wire = wire_for(spec.model)
+        cap = min(spec.batch_size, wire.limits.lines)
+        chunk: list[tuple[_Line, dict]] = []
+        size = 0
+        for ln in group:
+            try:
+                kwargs, messages = self._request(ln)
+                req = wire.line(str(len(chunk)), kwargs, messages)
+            except Exception as e:
+                yield [(ln, None)], e
+                continue
+            n = len(json.dumps(req, ensure_ascii=False).encode()) + 1
+            if chunk and (len(chunk) >= cap or size + n > wire.limits.bytes):
+                yield chunk, None
+                chunk, size = [], 0
+                req = wire.line("0", kwargs, messages)
+            chunk.append((ln, req))
+            size += n
+        if chunk:
+            yield chunk, None
+
+    async def _submit_one(self, spec: ModelSpec, role: str, chunk: list[tuple[_Line, dict]]) -> dict:
+        cids = {f"{n}": ln.key for n, (ln, _) in enumerate(chunk)}
+        b = await wire_for(spec.model).submit(spec, role, [req for _, req in chunk])
         # Stored before the first poll: from here on a dead process resumes, never resubmits.
-        row = {"batch_id": b.id, "run_id": self.gw.run_id, "role": role, "model": spec.model,
-               "api_base": normalise_api_base(spec.api_base), "input_file_id": f.id,
-               "lines": json.dumps(cids), "n_lines": len(cids), "status": b.status,
-               "consumed": False, "output_file_id": None, "error_file_id": None,
+        row = {"batch_id": b["batch_id"], "run_id": self.gw.run_id, "role": role,
+               "model": spec.model, "api_base": normalise_api_base(spec.api_base),
+               "input_file_id": b["input_file_id"], "lines": json.dumps(cids),
+               "n_lines": len(cids), "status": b["status"], "consumed": False,
+               "output_file_id": None, "error_file_id": None,
                "submitted": dt.datetime.now(dt.timezone.utc), "finished": None}
         self.wh.write("llm_batches", [row])
         return row
@@ -232,7 +230,7 @@ class BatchClient:
             for row in pending:
                 spec = self._spec_of(row, lines)
                 try:
-                    b = await _litellm().aretrieve_batch(batch_id=row["batch_id"], **self._creds(spec))
+                    b = await wire_for(spec.model).poll(spec, row)
                 except Exception as e:
                     # Polling failed (network, provider hiccup): poll again, up to max_retries
                     # times in a row; then its lines go live and the row stays unconsumed.
@@ -246,14 +244,13 @@ class BatchClient:
                                       if k in lines})
                     continue
                 errors.pop(row["batch_id"], None)
-                if b.status not in TERMINAL:
-                    if b.status != row["status"]:
-                        row["status"] = b.status
+                if b["status"] not in TERMINAL:
+                    if b["status"] != row["status"]:
+                        row["status"] = b["status"]
                         self.wh.write("llm_batches", [row])
                     still.append(row)
                     continue
-                row.update(status=b.status, output_file_id=b.output_file_id,
-                           error_file_id=b.error_file_id, finished=dt.datetime.now(dt.timezone.utc))
+                row.update(**b, finished=dt.datetime.now(dt.timezone.utc))
                 try:
                     done, failed = await self._consume(row, spec, lines, results)
                 except Exception as e:  # its files unreadable: every line live, row unconsumed
@@ -281,48 +278,48 @@ class BatchClient:
                 return lines[k].call.spec
         raise KeyError(row["batch_id"])  # _resume only keeps batches holding our lines
 
-    async def _read(self, file_id: str | None, spec: ModelSpec) -> list[dict]:
-        if not file_id:
-            return []
-        content = await _litellm().afile_content(file_id=file_id, **self._creds(spec))
-        return [json.loads(x) for x in content.content.decode().splitlines() if x.strip()]
-
     async def _consume(self, row: dict, spec: ModelSpec, lines: dict[str, _Line],
                        results: list) -> tuple[set[str], set[str]]:
-        """Judge, cache and record every answered line; return (decided keys, keys to retry)."""
+        """Judge, cache and record every answered line; return (decided keys, keys to retry).
+        Lines are matched by their custom id, never by position (results come in any order)."""
         cids: dict[str, str] = json.loads(row["lines"])
+
+        def request(cid):  # the live request of a line, to read its answer as litellm would
+            ln = lines.get(cids.get(cid))
+            return self._request(ln) if ln is not None else (None, None)
+
         done: set[str] = set()
-        for out in await self._read(row["output_file_id"], spec):
-            key = cids.get(out.get("custom_id"))
-            resp = out.get("response") or {}
+        errors = 0
+        for cid, resp, why in await wire_for(spec.model).results(spec, row, request):
+            key = cids.get(cid)
             # A line of a resumed batch that no caller asks for any more is dropped: without
             # its call (schema, role) it cannot be judged.
-            if key not in lines or resp.get("status_code") != 200 or key in done:
+            if resp is None:
+                errors += 1
+            if key not in lines or resp is None or key in done:
                 continue
-            r = self._decide(key, lines[key], resp["body"], row["batch_id"])
+            r = self._decide(key, lines[key], resp, row["batch_id"])
             if r is not None:
                 done.add(key)
                 for i in lines[key].idx:
                     results[i] = r
-        errors = len(await self._read(row["error_file_id"], spec))
         failed = {k for k in cids.values() if k not in done}
         if failed:
             log.info("batch %s %s: %d answered, %d error lines, %d to retry live",
                      row["batch_id"], row["status"], len(done), errors, len(failed))
         return done, failed
 
-    def _decide(self, key: str, ln: _Line, body: dict, batch_id: str) -> CallResult | None:
+    def _decide(self, key: str, ln: _Line, resp, batch_id: str) -> CallResult | None:
         """One answered line through the live path's judging and storing; None: it needs a
         re-ask, which the live retry does (the batch attempt stays in its provenance row)."""
-        litellm, c = _litellm(), ln.call
-        resp = litellm.ModelResponse(**body)
+        c = ln.call
         content = resp.choices[0].message.content if resp.choices else None
-        _, messages = self.gw._request_kwargs(c.spec, c.role, c.messages, c.schema)
+        _, messages = self._request(ln)
         r = CallResult(call_hash=key, attempts=1, batch_id=batch_id)
         decided, again = judge(r, resp, content, spec=c.spec, messages=messages, convo=list(messages),
                                prompt=None, schema=c.schema, started=time.perf_counter(),
                                api_key=None, reasks=0, max_reasks=self.gw.cfg.max_parse_retries,
-                               cost=_batch_cost(c.spec, body))
+                               cost=_batch_cost(c.spec, getattr(resp, "usage", None)))
         if decided is None:
             r.error_kind, r.error = "invalid_output", "batch answer needs a re-ask; retried live"
             self.gw._record(c.role, c.spec, r)
@@ -336,10 +333,9 @@ class BatchClient:
                                   sample_key=c.sample_key, live=True)
 
 
-def _batch_cost(spec: ModelSpec, body: dict) -> float:
+def _batch_cost(spec: ModelSpec, usage) -> float:
     """The line's price at the model's batch rate (tasks/gateway/prices.py), its cached prompt
     tokens at the cached rate; 0 where unpriced."""
-    usage = body.get("usage") or {}
-    cost = billed(spec, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                  _cached_tokens(usage), batch=True)
+    cost = billed(spec, getattr(usage, "prompt_tokens", 0) or 0,
+                  getattr(usage, "completion_tokens", 0) or 0, _cached_tokens(usage), batch=True)
     return cost or 0.0

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.config import ModelSpec
+from tasks.gateway.batch_wire import batch_route
 from tasks.gateway.transport import _litellm
 
 DEFAULT_BATCH_DISCOUNT = 0.5
@@ -147,15 +148,45 @@ def plan_row(role: str, specs: list[ModelSpec], calls: int, in_tokens: int, out_
              share=lambda spec: 0.0, memo: Path | None = None) -> dict:
     """One row of ``carryon plan``: a role's calls and tokens, priced live, through a batch and
     with ``share(spec)`` of its prompt tokens from the provider's prompt cache. The calls are
-    spread evenly over the role's models (several targets, or voting judges)."""
+    spread evenly over the role's models (several targets, or voting judges).
+
+    ``batch_usd`` is what this version would bill with ``batch: true``: the batch price where
+    the model's provider has a batch path here (tasks/gateway/batch_wire.py), the live price
+    where it does not (``batch_notes`` says which and why). ``submit`` says how the role's calls
+    go as configured: ``batch``, ``live`` or ``mixed`` (some of its models each way)."""
     per_model = calls / len(specs)
-    priced = [costs(s, int(per_model * in_tokens), int(per_model * out_tokens), share(s), memo=memo)
-              for s in specs]
+    priced = []
+    for s in specs:
+        c = costs(s, int(per_model * in_tokens), int(per_model * out_tokens), share(s), memo=memo)
+        priced.append({**c, "batch": c["batch"] if batch_route(s.model)[0] else c["live"]})
     total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
              for k in ("live", "batch", "cached")}
+    modes = {"batch" if s.batch and batch_route(s.model)[0] else "live" for s in specs}
     return {"role": role, "models": ", ".join(sorted({s.model for s in specs})), "calls": calls,
             "prompt_tokens": calls * in_tokens, "completion_tokens": calls * out_tokens,
+            "submit": modes.pop() if len(modes) == 1 else "mixed",
             "cost_usd": total["live"], "batch_usd": total["batch"], "cached_usd": total["cached"]}
+
+
+def batch_notes(cfg, roles) -> list[str]:
+    """The plan's lines on batch mode: which models have no batch path in this version (priced
+    live in ``batch_usd``), and which of them say ``batch: true`` yet are called live, and why."""
+    no_path: dict[str, list[str]] = {}
+    fallback: list[str] = []
+    for role in roles:
+        for s in cfg.role_specs(role):
+            route, why = batch_route(s.model)
+            if route:
+                continue
+            no_path.setdefault(why, []).append(f"{role} {s.model}")
+            if s.batch:
+                fallback.append(f"{role} {s.model}")
+    out = [f"batch_usd is the live price for {', '.join(sorted(set(w)))}: {why}."
+           for why, w in no_path.items()]
+    if fallback:
+        out.append("batch: true, but called live (no batch path here): "
+                   + ", ".join(sorted(set(fallback))) + ".")
+    return out
 
 
 def cost_note(rows: list[dict], cached: str) -> str:
@@ -166,5 +197,6 @@ def cost_note(rows: list[dict], cached: str) -> str:
     return (f"estimated cost of priced models: ${sum(live):.2f}"
             + ("; blank cost = a model litellm does not price (local or custom)"
                if len(live) < len(rows) else "")
-            + f"; ${sum(batch):.2f} through provider batches (batch_usd); " + cached)
+            + f"; ${sum(batch):.2f} with batch: true on every model (batch_usd: the batch price "
+              "where this version has the provider's batch path, live elsewhere); " + cached)
 

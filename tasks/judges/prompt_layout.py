@@ -8,11 +8,21 @@ the checklist item, which comes last (then one fixed line). The layout is measur
 rendering requests that differ only where they should (tests/test_prompt_layout.py asserts
 it for every judge), and the plan uses it to estimate the cached share of prompt tokens.
 
-Minimum cacheable prefix, in tokens, by litellm provider prefix: OpenAI 1,024 (OpenAI's
-prompt-caching guide), Gemini 1,024 (litellm's prompt-caching page), Anthropic 1,024 for
-most models (512 to 4,096 depending on the model: litellm's prompt-caching page; the plan
-uses 1,024 and says so). A provider not listed gets no estimate (None): the plan assumes
-no provider cache there.
+The plan assumes a prefix is cached only where the gateway's request earns it as billed:
+
+- OpenAI (and Azure) cache every prompt prefix of 1,024 tokens or more by themselves
+  (OpenAI's prompt-caching guide) and report ``prompt_tokens_details.cached_tokens``;
+- Gemini 2.5 and newer cache implicitly, from a minimum prefix per model (the Gemini API's
+  caching page, last updated 2026-10-13: 2,048 tokens for Gemini 2.5 Flash and Pro, 4,096 for
+  Gemini 3.x), and report ``usageMetadata.cachedContentTokenCount``;
+- Anthropic caches only a prefix the request marks with ``cache_control``. The gateway sends no
+  such mark (the cache key's messages are sent as rendered), so the plan assumes no cache
+  reads for Anthropic models (``NOT_SENT``), and a ``cache_read_input_tokens`` the provider
+  reports anyway is recorded and billed as reported.
+
+A provider not listed gets no estimate (None): the plan assumes no provider cache there.
+Whatever the plan assumed, ``llm_calls.cached_tokens`` holds what the provider reported and
+the recorded cost bills those tokens at the cached rate (tasks/gateway/prices.py).
 """
 
 from __future__ import annotations
@@ -20,8 +30,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 1024, "vertex_ai": 1024,
-                    "anthropic": 1024, "bedrock": 1024}
+CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 4096, "vertex_ai": 4096}
+# Gemini models with a lower floor than the provider's default above (prefix of the model id).
+GEMINI_MIN_TOKENS = {"gemini-2.5": 2048}
+# Providers that cache only prefixes the request marks, which the gateway does not: why.
+NOT_SENT = {"anthropic": "Anthropic caches only prefixes marked with cache_control, which the "
+                         "gateway does not send",
+            "bedrock": "Bedrock caches only prefixes marked with a cache point, which the gateway "
+                       "does not send"}
 # The plan's token estimates count characters / 4 (English prose); the same ratio here.
 CHARS_PER_TOKEN = 4
 # Rough lengths the plan assumes for a query and a checklist item (CASE-Bench's queries and
@@ -36,9 +52,16 @@ def provider(model: str) -> str:
 
 
 def cache_min_tokens(model: str) -> int | None:
+    """The shortest prefix the model's provider caches by itself; None: no estimate (a local
+    model, a provider not listed, or one that caches only marked prefixes: ``NOT_SENT``)."""
     if model.startswith("openai/local-"):
         return None  # the embedded local model has no provider cache
-    return CACHE_MIN_TOKENS.get(provider(model))
+    p = provider(model)
+    if p in ("gemini", "vertex_ai"):
+        name = model.split("/", 1)[-1]
+        return next((n for pre, n in GEMINI_MIN_TOKENS.items() if name.startswith(pre)),
+                    CACHE_MIN_TOKENS[p])
+    return CACHE_MIN_TOKENS.get(p)
 
 
 def common_head(a: str, b: str) -> int:
@@ -60,6 +83,8 @@ class BenUtilLayout:
         """The share of a response's Ben-Util prompt tokens a provider can serve from its
         prompt cache: the first of its ``items`` requests pays in full, the others read the
         shared prefix (instructions + query + response) when it reaches the minimum."""
+        if provider(model) in NOT_SENT:
+            return 0.0  # nothing marked, nothing read: priced live
         floor = cache_min_tokens(model)
         if floor is None:
             return None

@@ -2,12 +2,17 @@
 
 ``load(wh, run_id, config)`` reads ``llm_calls`` (one row per call hash per run; a cache hit
 costs nothing) and recomputes ``carryon plan`` for the run's config; ``stats(extra)`` gives
-one ``Stat`` (key ``cost``): per role and model, the requests actually sent (every run of
-this warehouse, and this run), how many went through a provider batch, the prompt tokens the
-provider served from its prompt cache, and the cost litellm reported (batch lines at the
-batch price), beside the plan's live, batch and cached estimates for the role. The plan is
-for the whole config (a ``--limit`` run covers part of it) and its tokens are rough; litellm
-reports 0 for a model it does not price, and the plan leaves its cost blank.
+one ``Stat`` (key ``cost``): per role (its models listed), the requests actually sent (every
+run of this warehouse, and this run), how many went through a provider batch, their prompt
+and completion tokens, the prompt tokens the provider served from its prompt cache, and the
+cost as billed (batch lines at the batch price, cache reads at the cached rate), beside the
+plan's calls, tokens and cost for the role as this version submits it (``plan_usd``: the batch
+price where the plan's ``submit`` is batch, live where it is live, blank where mixed), its
+live, batch and cached estimates, and the gap in calls and tokens (``calls_gap``,
+``tokens_gap``: billed over planned, minus one). The plan is for the whole config (a
+``--limit`` run covers part of it); its tokens per call are the home's recorded calls' once
+there are any (tasks/benchmarks/carryon/plan.py); litellm reports 0 for a model it does not
+price, and the plan leaves its cost blank.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ def load(wh, run_id: str | None) -> dict:
     rows = wh.query("SELECT config_json FROM runs WHERE run_id = ?", [run_id]) if run_id else []
     config = json.loads(rows[0]["config_json"] or "{}") if rows else {}
     actual = wh.df(
-        "SELECT role, model, count(*) AS requests, "
+        "SELECT role, string_agg(DISTINCT model, ', ' ORDER BY model) AS models, "
+        "count(*) AS requests, "
         "count(*) FILTER (WHERE run_id = ?) AS requests_this_run, count(batch_id) AS batched, "
-        "sum(prompt_tokens) AS prompt_tokens, sum(coalesce(cached_tokens, 0)) AS cached_tokens, "
+        "sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens, "
+        "sum(coalesce(cached_tokens, 0)) AS cached_tokens, "
         "sum(cost_usd) AS cost_usd, sum(cost_usd) FILTER (WHERE run_id = ?) AS cost_this_run "
-        "FROM llm_calls WHERE NOT cache_hit GROUP BY role, model ORDER BY role, model",
+        "FROM llm_calls WHERE NOT cache_hit GROUP BY role ORDER BY role",
         [run_id, run_id])
     return {"actual": actual, "plan": _plan(config)}
 
@@ -53,16 +60,28 @@ def stats(extra: dict) -> list[Stat]:
     note = ("Requests and cost: calls actually sent (cache hits cost nothing), in every run of "
             "this warehouse and in this run; batched: answered by a provider batch (priced at "
             "the batch rate); cached_tokens: prompt tokens the provider served from its prompt "
-            "cache. plan_*: `carryon plan`'s estimate for the role over the whole config "
-            "(rough tokens; blank = unpriced).")
+            "cache (billed at the cached rate). plan_*: `carryon plan`'s estimate for the role "
+            "over the whole config; plan_usd: as this version submits it (batch or live); "
+            "calls_gap, tokens_gap: billed over planned, minus one (blank = unpriced or no plan).")
     df = actual.copy()
-    for col in ("requests", "requests_this_run", "batched", "prompt_tokens", "cached_tokens"):
+    for col in ("requests", "requests_this_run", "batched", "prompt_tokens", "completion_tokens",
+                "cached_tokens"):
         df[col] = df[col].fillna(0).astype("int64")  # counts, not measurements
     if isinstance(plan, str):
         note += f" The plan could not be computed here ({plan})."
-    else:
-        p = plan.set_index("role")
-        for col, src in (("plan_calls", "calls"), ("plan_live_usd", "cost_usd"),
-                         ("plan_batch_usd", "batch_usd"), ("plan_cached_usd", "cached_usd")):
-            df[col] = df["role"].map(p[src]) if src in p else None
+        return [Stat(TITLE, df, note, key="cost")]
+    p = plan.set_index("role")
+    as_submitted = {r: (row["batch_usd"] if row.get("submit") == "batch" else
+                        row["cost_usd"] if row.get("submit") == "live" else None)
+                    for r, row in p.iterrows()}
+    for col, src in (("plan_calls", "calls"), ("plan_prompt_tokens", "prompt_tokens"),
+                     ("plan_completion_tokens", "completion_tokens"), ("plan_submit", "submit"),
+                     ("plan_live_usd", "cost_usd"), ("plan_batch_usd", "batch_usd"),
+                     ("plan_cached_usd", "cached_usd")):
+        df[col] = df["role"].map(p[src]) if src in p else None
+    df["plan_usd"] = df["role"].map(as_submitted)
+    tokens = df["prompt_tokens"] + df["completion_tokens"]
+    planned = df["plan_prompt_tokens"] + df["plan_completion_tokens"]
+    df["calls_gap"] = (df["requests"] / df["plan_calls"] - 1).round(4)
+    df["tokens_gap"] = (tokens / planned - 1).round(4)
     return [Stat(TITLE, df, note, key="cost")]

@@ -61,13 +61,15 @@ class LLMBatch(SQLModel, table=True):
     role: str
     model: str
     api_base: str | None = None
-    input_file_id: str
+    input_file_id: str  # "" where the requests travel in the create call (Anthropic, Gemini)
     # JSON {custom_id: cache key}: which answer each line is
     lines: str
     n_lines: int
     status: str  # the provider's last status (validating, in_progress, completed, expired, ...)
     # True once its results went through the gateway (cached, recorded, failures retried live)
     consumed: bool = False
+    # Where the results are read: OpenAI's output/error file ids, Anthropic's results_url,
+    # Gemini's responsesFile (NULL: inline in the batch itself)
     output_file_id: str | None = None
     error_file_id: str | None = None
     submitted: dt.datetime

@@ -7,7 +7,9 @@ where they depend on model answers (guard and decomposition assume no answer is 
 Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
 paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
 and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py),
-assuming answers use half their max_tokens; the checklist roles' are the role table's;
+assuming answers use half their max_tokens; the checklist roles' are the role table's; where
+this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
+per call replace the estimate;
 costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
 models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
@@ -20,9 +22,10 @@ are priced live there).
 from __future__ import annotations
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.judges.prompt_layout import (
-    CHARS_PER_TOKEN, ITEM_TOKENS, QUERY_TOKENS, benutil_layout, cache_min_tokens,
+    CHARS_PER_TOKEN, ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens,
+    provider,
 )
 from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens
 from tasks.roles import ROLE_TABLE
@@ -53,7 +56,9 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
     for s in cfg.role_specs("benutil_judge"):
         floor = cache_min_tokens(s.model)
         share = _cache_share("benutil_judge", s, target_out, mean_items)
-        if floor is None:
+        if provider(s.model) in NOT_SENT:
+            why = NOT_SENT[provider(s.model)] + ", so cached_usd = cost_usd"
+        elif floor is None:
             why = "its provider's prompt cache is not known here: no cached price"
         elif share:
             why = (f"{share:.0%} of its prompt tokens can be cache reads (the later "
@@ -66,6 +71,24 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
                    f"~{target_out} tokens); {why}.")
     out.append("prompt caching of the other roles is not estimated (cached_usd = cost_usd).")
     return out
+
+
+def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float]]:
+    """Per role, the calls recorded in this home's ``llm_calls`` (requests sent, not cache hits)
+    and their mean prompt and completion tokens: a pilot run (``--limit``) calibrates the
+    plan's tokens per call to what the models answered."""
+    path = cfg.home_path / "warehouse.duckdb"
+    if not path.exists():
+        return {}
+    try:
+        from warehouse import Warehouse
+
+        rows = Warehouse(path).query(
+            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c "
+            "FROM llm_calls WHERE NOT cache_hit GROUP BY role")
+    except Exception:
+        return {}
+    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0)) for r in rows if r["n"]}
 
 
 def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
@@ -114,6 +137,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                     "benutil_judge": target_out, "safety_judge": target_out}
     memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
     measured = _measured_prompts(cfg, queries, target_out)
+    recorded = _recorded_tokens(cfg)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
@@ -122,6 +146,8 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         base_in, base_out = _BASE_TOKENS[role]
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
+        if role in recorded:  # what this home's recorded calls of the role used, per call
+            in_tokens, out_tokens = round(recorded[role][1]), round(recorded[role][2])
         # These roles' calls are spread over their models; the other roles use one model,
         # priced for all n calls.
         spread = role in ("ensemble", "benutil_judge", "safety_judge", "targets")
@@ -137,6 +163,9 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         f"({sim['roles']['targets']['without_sharing'] + sim['roles']['user_simulator']['without_sharing']} "
         f"without sharing → {sim['roles']['targets']['with_sharing'] + sim['roles']['user_simulator']['with_sharing']} with).",
         f"Ben-Util judgments assume {mean_items:.1f} items per checklist ({items_note}).",
+        *([f"tokens per call from the calls recorded in this home (llm_calls) for "
+           + ", ".join(f"{r} ({recorded[r][0]})" for r in sorted(recorded) if r in calls)
+           + "; the template estimate for the others."] if recorded else []),
         "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
@@ -144,6 +173,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                   "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
                                                 if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
+        *batch_notes(cfg, [r["role"] for r in rows]),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):
