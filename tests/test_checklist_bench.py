@@ -220,3 +220,54 @@ def test_plan_run_report_with_a_benutil_panel(prefect_harness, llm_server, tmp_p
     assert llm_server.counts["total"] == before  # the re-ask too comes from the cache
     # The panel's votes replaced, not added to: 15 units x 2 models (safety has one model).
     assert wh.query("SELECT count(*) AS n FROM verdict_votes")[0]["n"] == 30
+
+
+def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_questions():
+    # Two items of one checklist ask the same question: each gets its own verdict (the
+    # request is the same, the unit is not). A blocked turn fulfils no item, without a call;
+    # a failed re-ask leaves its item unscored with the reason, never "not fulfilled".
+    import asyncio
+
+    from tasks.engine.items import Item
+    from tasks.gateway.result import CallResult
+    from tasks.judges.base import SpecKind, TurnView
+    from tasks.judges.benutil import BenUtilJudge
+    from tasks.judges.protocol import run_calls
+    from tests.factories import FakeGateway, model_spec
+
+    item = Item("it", 0, {"question": "How?"}, {"checklist": [
+        {"id": "a", "question": "Does it say X?"}, {"id": "b", "question": "Does it say X?"},
+        {"id": "c", "question": "Does it say Y?"}]})
+
+    def turn(position, response, blocked=False):
+        return TurnView(item=item, condition="c", episode_id="e", position=position,
+                        model_turn=position // 2 + 1, prompt="How?", response=response,
+                        history=(), is_last=False, blocked=blocked)
+
+    def answer(call):
+        prompt = call.messages[0]["content"]
+        if "Y?" in prompt.rsplit("ITEM", 2)[1]:  # Y: a quote that is not there, twice
+            if len(call.messages) == 3:
+                return CallResult(call_hash="bad", error="boom", error_kind="retries_exhausted")
+            return json.dumps({"evidence": "something said nowhere at all", "fulfilled": True})
+        return json.dumps({"evidence": "It says X plainly", "fulfilled": True})
+
+    judge = BenUtilJudge()
+    kind = SpecKind(judge, [model_spec("j")], "set")
+    turns = [turn(1, "It says X plainly."), turn(3, "", blocked=True)]
+    keys = [kind.add(kind.requests(t)) for t in turns]
+    gw = FakeGateway(answer)
+    asyncio.run(run_calls(gw, [kind]))
+    for t, k in zip(turns, keys):
+        kind.turn_rows(t, k)
+    rows = {(r["position"], r["measure"]): (r["value"], r["reason"]) for r in kind.rows}
+    assert rows == {
+        (1, "fulfilled:a"): (1.0, "It says X plainly"),
+        (1, "fulfilled:b"): (1.0, "It says X plainly"),
+        (1, "fulfilled:c"): (None, "evidence_not_in_response: the re-ask failed "
+                                   "(retries_exhausted: boom)"),
+        (3, "fulfilled:a"): (0.0, "blocked"), (3, "fulfilled:b"): (0.0, "blocked"),
+        (3, "fulfilled:c"): (0.0, "blocked")}
+    # Three first asks (a and b the same request, sent per unit here; the gateway's cache
+    # sends one) and one re-ask; nothing for the blocked turn.
+    assert len(gw.calls) == 4 and len(kind.revisions) == 1

@@ -208,8 +208,10 @@ class SpecKind(JudgeKind):
             if isinstance(req, EmbedRequest):
                 out.append((("embed", json.dumps(list(req.texts), ensure_ascii=False)), req))
             else:
+                # The unit too: two units of one item may ask the same question, and each
+                # needs its own verdict (the gateway's cache still sends it once).
                 key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False),
-                       req.schema.__name__)
+                       req.schema.__name__, req.unit)
                 out.append((key, req))
         return out
 
