@@ -16,9 +16,8 @@ blocked turn fulfils no item (scored, reason ``blocked``). Several judges vote b
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-
 import json
+from collections import Counter
 
 from pydantic import BaseModel, ConfigDict
 
