@@ -29,7 +29,7 @@ JS = r"""
   var st = document.getElementById("sel-target"), si = document.getElementById("sel-item"),
       se = document.getElementById("sel-episode"), box = document.getElementById("turns"),
       meta = document.getElementById("conv-meta");
-  var el = carryonEl, uniq = carryonUniq, fill = carryonFill, short = carryonShort;
+  var el = carryonEl;
   function verdictText(v) {
     var value = v.value !== null ? String(v.value) : (v.label !== null ? v.label : "unscored");
     if (v.value !== null && v.label !== null) { value += " (" + v.label + ")"; }
@@ -59,29 +59,9 @@ JS = r"""
       box.appendChild(d);
     });
   }
-  function onEpisode() { render(eps[Number(se.value)]); }
-  function onItem() {
-    var idx = [];
-    eps.forEach(function (e, i) { if (e.target === st.value && e.item_id === si.value) { idx.push(i); } });
-    fill(se, idx, idx.map(function (i) {
-      var e = eps[i];
-      return e.condition + (e.status !== "completed" ? " [" + e.status + "]" : "");
-    }));
-    onEpisode();
-  }
-  function onTarget() {
-    var mine = eps.filter(function (e) { return e.target === st.value; });
-    var ids = uniq(mine.map(function (e) { return e.item_id; }));
-    var text = {};
-    mine.forEach(function (e) { text[e.item_id] = e.opening; });
-    fill(si, ids, ids.map(function (i) { return short(text[i] || i, 90); }));
-    onItem();
-  }
-  st.addEventListener("change", onTarget);
-  si.addEventListener("change", onItem);
-  se.addEventListener("change", onEpisode);
-  fill(st, uniq(eps.map(function (e) { return e.target; })));
-  if (eps.length) { onTarget(); } else { render(null); }
+  carryonCascade(eps, st, si, se, "item_id", "opening", function (e) {
+    return e.condition + (e.status !== "completed" ? " [" + e.status + "]" : "");
+  }, render);
 })();
 """
 

@@ -23,7 +23,7 @@ JS = r"""
   var st = document.getElementById("sel-target"), sq = document.getElementById("sel-query"),
       sf = document.getElementById("sel-flow"), box = document.getElementById("turns"),
       meta = document.getElementById("conv-meta");
-  var el = carryonEl, uniq = carryonUniq, fill = carryonFill, short = carryonShort;
+  var el = carryonEl;
   function itemList(cls, label, ids, questions) {
     var wrap = el("div", "items " + cls);
     wrap.appendChild(el("span", null, label + " (" + ids.length + "): "));
@@ -61,29 +61,9 @@ JS = r"""
       box.appendChild(d);
     });
   }
-  function onFlow() { render(convs[Number(sf.value)]); }
-  function onQuery() {
-    var idx = [];
-    convs.forEach(function (c, i) { if (c.target === st.value && c.query_id === sq.value) { idx.push(i); } });
-    fill(sf, idx, idx.map(function (i) {
-      var c = convs[i];
-      return c.condition + ": " + c.flow_id + (c.status !== "completed" ? " [" + c.status + "]" : "");
-    }));
-    onFlow();
-  }
-  function onTarget() {
-    var mine = convs.filter(function (c) { return c.target === st.value; });
-    var qids = uniq(mine.map(function (c) { return c.query_id; }));
-    var text = {};
-    mine.forEach(function (c) { text[c.query_id] = c.query; });
-    fill(sq, qids, qids.map(function (q) { return short(text[q] || q, 90); }));
-    onQuery();
-  }
-  st.addEventListener("change", onTarget);
-  sq.addEventListener("change", onQuery);
-  sf.addEventListener("change", onFlow);
-  fill(st, uniq(convs.map(function (c) { return c.target; })));
-  if (convs.length) { onTarget(); } else { render(null); }
+  carryonCascade(convs, st, sq, sf, "query_id", "query", function (c) {
+    return c.condition + ": " + c.flow_id + (c.status !== "completed" ? " [" + c.status + "]" : "");
+  }, render);
 })();
 """
 

@@ -62,6 +62,31 @@ function carryonFill(sel, values, labels) {
   });
 }
 function carryonShort(s, n) { s = s || ""; return s.length > n ? s.slice(0, n - 1) + "\u2026" : s; }
+// A browser's three selects: a target, then a group of its rows (a query, an item: rows share
+// row[groupKey], labelled by row[groupText]), then one row (labelled by rowLabel), drawn by
+// render(row) (render(null) when there is none).
+function carryonCascade(rows, st, sg, sr, groupKey, groupText, rowLabel, render) {
+  function onRow() { render(rows[Number(sr.value)]); }
+  function onGroup() {
+    var idx = [];
+    rows.forEach(function (r, i) { if (r.target === st.value && r[groupKey] === sg.value) { idx.push(i); } });
+    carryonFill(sr, idx, idx.map(function (i) { return rowLabel(rows[i]); }));
+    onRow();
+  }
+  function onTarget() {
+    var mine = rows.filter(function (r) { return r.target === st.value; });
+    var ids = carryonUniq(mine.map(function (r) { return r[groupKey]; }));
+    var text = {};
+    mine.forEach(function (r) { text[r[groupKey]] = r[groupText]; });
+    carryonFill(sg, ids, ids.map(function (g) { return carryonShort(text[g] || g, 90); }));
+    onGroup();
+  }
+  st.addEventListener("change", onTarget);
+  sg.addEventListener("change", onGroup);
+  sr.addEventListener("change", onRow);
+  carryonFill(st, carryonUniq(rows.map(function (r) { return r.target; })));
+  if (rows.length) { onTarget(); } else { render(null); }
+}
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 
