@@ -478,9 +478,9 @@ def personamem_json_items(path: Path, trajs: list[dict], budget: int | None) -> 
         doc = read_json(f)
         if not isinstance(doc, dict) or not doc:
             raise DataError(f"{f}: row 0: a PersonaMem-v2 persona file {{persona key: {{...}}}}")
-        for pid, rec in doc.items():
-            k = len(items)
-            where = f"{f}: row {k} (persona {pid})"
+        for j, (pid, rec) in enumerate(doc.items()):
+            k = len(items)  # the item's row over every file (a file's own row in messages)
+            where = f"{f}: row {j} (persona {pid})"
             if not isinstance(rec, dict) or not any(key in rec for key, _ in PERSONAMEM_LISTS):
                 raise DataError(f"{where}: stereotypical_preferences: missing; not a PersonaMem-v2 "
                                 "persona record")
