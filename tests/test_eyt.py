@@ -77,9 +77,18 @@ def test_nemotron_rows_in_the_published_columns(tmp_path, fmt):
     assert [i.meta["persona_id"] for i in items] == ["n-1", "n-2"]
     assert {i.meta["persona_source"] for i in items} == {"nemotron"}
     p = items[0].hidden["persona"]
-    assert p.startswith("Dana is a semi-retired") and "age: 63" in p and "city: Ames" in p
-    assert "zipcode" not in p and "Walks" not in p  # unused published columns stay out
-    assert "age:" not in items[1].hidden["persona"]  # a null column is skipped
+    # every published column reaches the text as a sentence (the *_list twins only stand in
+    # for a missing narrative column), in the documented order of importance
+    assert p.splitlines() == [
+        "Dana is a semi-retired bookkeeper who quilts and volunteers.",
+        "63 years old, female, married. Education: bachelors (business). Occupation: "
+        "bookkeeper. Lives in Ames, IA 50010, USA.",
+        "Professional life: A careful bookkeeper.", "Career goals and ambitions: Retire fully.",
+        "Skills and expertise: Ledgers.", "Hobbies and interests: Quilting.",
+        "Cultural background: Grew up in a farming town.", "Sports: Walks.", "Arts: Quilts.",
+        "Travel: Road trips.", "Food and cooking: Soups."]
+    assert items[0].hidden["persona_dropped"] == [] and items[0].meta["persona_dropped"] == 0
+    assert "years old" not in items[1].hidden["persona"]  # a null column is skipped
     # Persona i takes the team's trajectory i mod 3.
     assert [i.meta["trajectory_id"] for i in items] == ["eyt-t1", "eyt-t2"]
     assert items[0].item_id != LOAD(path)[1].item_id and items[0].item_id == LOAD(path)[0].item_id
@@ -105,7 +114,7 @@ def test_personamem_benchmark_csv_groups_rows_by_persona(tmp_path):
                            {**q, "persona_id": "9", "preference": "Collects vinyl"}])
     items = LOAD(path)
     assert [i.meta["persona_id"] for i in items] == ["7", "9"]
-    assert items[0].hidden["persona"] == ("Preferences this person shows in conversation:\n"
+    assert items[0].hidden["persona"] == ("Preferences (stereotypical):\n"
                                           "- Likes hiking at dawn\n- Avoids spicy food")
     assert items[0].source_row == 1 and items[1].source_row == 4
 
@@ -118,8 +127,9 @@ def test_personamem_persona_records_json(tmp_path):
         "therapy_background": ["not used"], "health_and_medical_conditions": ["not used"]}}))
     [item] = LOAD(path)
     assert item.meta == {"persona_source": "personamem", "persona_id": "p-0",
-                         "trajectory_id": "eyt-t1", "n_shifts": 1}
-    assert "- Enjoys gardening\n- Plays drums loudly" in item.hidden["persona"]
+                         "trajectory_id": "eyt-t1", "n_shifts": 1, "persona_dropped": 0}
+    assert "- Enjoys gardening" in item.hidden["persona"]
+    assert "- Plays drums loudly" in item.hidden["persona"]
     assert "not used" not in item.hidden["persona"]
 
 
@@ -140,7 +150,11 @@ def _write(tmp_path, name, text):
     ("p.csv", "user_id,preference\n1,x\n", "row 0: persona_id: missing"),
     ("p.csv", "persona_id,question\n1,x\n", "row 0: preference: missing"),
     ("p.csv", "persona_id,preference\n,x\n", "row 1: persona_id: a non-empty string"),
-    ("p.csv", "persona_id,preference\n5,\n", "row 1: preference: persona 5 has no preference"),
+    ("p.csv", "persona_id,preference\n5,\n", "row 1: persona 5 has no preference and no persona text"),
+    ("p.csv", "persona_id,preference\n5,sensitive_info\n", "persona 5 has no preference"),
+    ("p.csv", "persona_id,preference,pref_type\n", "no rows after the header"),
+    ("p.csv", "", "the file is empty"),
+    ("p.jsonl", "\n\n", "the file is empty"),
     ("p.json", json.dumps({"p": {"likes": ["x"]}}),
      "row 0 (persona p): stereotypical_preferences: missing"),
     ("p.json", json.dumps({"p": {"stereotypical_preferences": "x"}}),

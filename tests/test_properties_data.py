@@ -99,7 +99,8 @@ def mutated(draw, base, paths):
     return rows
 
 
-FILE_LEVEL = ("not valid JSON", "expected a JSON array", "no partner", "not UTF-8", "cannot read")
+FILE_LEVEL = ("not valid JSON", "expected a JSON array", "no partner", "not UTF-8", "cannot read",
+              "the file is empty")
 
 
 def _check_error(e: DataError, path: Path, n_units: int, unit: str) -> None:

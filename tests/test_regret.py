@@ -291,11 +291,11 @@ def test_loader_refuses_unreadable_files(tmp_path):
     with pytest.raises(DataError, match="bad.json: not JSON: line 1"):
         CigLoader(CigArgs())(bad)
     obj = tmp_path / "obj.json"
-    obj.write_text(json.dumps(GRAPH))
-    with pytest.raises(DataError, match="obj.json: expected a folder of per-item files or a JSON list"):
+    obj.write_text(json.dumps("a graph"))
+    with pytest.raises(DataError, match="obj.json: expected a folder of graph files, one graph object or a"):
         CigLoader(CigArgs())(obj)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="no .json file in the folder"):
+    with pytest.raises(DataError, match="no graph file in the folder"):
         CigLoader(CigArgs())(tmp_path / "empty")
     root = _folder(tmp_path, {"QA/dev/two.json": [GRAPH]})
     with pytest.raises(DataError, match="two.json: row 0: a per-item file holds one graph object"):

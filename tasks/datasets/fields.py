@@ -61,7 +61,9 @@ def _fail(template: str, **values) -> DataError:
 
 
 def read_text(path, *, encoding: str = "utf-8", style: Style = PLAIN) -> str:
-    """The text of a checked dataset file (``utf-8-sig`` also takes a leading BOM)."""
+    """The text of a checked dataset file (``utf-8-sig`` also takes a leading BOM). A file
+    with nothing but whitespace in it is refused as empty (one line naming it), since no
+    published dataset ships an empty file and a loader would otherwise read "0 items"."""
     try:
         data = read_dataset(path)
     except FileNotFoundError as e:
@@ -70,10 +72,13 @@ def read_text(path, *, encoding: str = "utf-8", style: Style = PLAIN) -> str:
     except OSError as e:
         raise _fail(style.cannot_read, path=path, error=e, strerror=e.strerror or e) from None
     try:
-        return data.decode(encoding)
+        out = data.decode(encoding)
     except UnicodeDecodeError as e:
         raise _fail(style.not_utf8 or style.cannot_read, path=path, error=e, strerror=e,
                     reason=e.reason) from None
+    if not out.strip():
+        raise DataError(f"{path}: the file is empty")
+    return out
 
 
 def loads(text: str, where, not_json: str):

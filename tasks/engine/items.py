@@ -7,6 +7,11 @@ A loader is ``load(path) -> list[Item]`` registered with ``@loader(name, sample=
 (tasks/engine/registry.py; each beside its benchmark's spec), ``sample`` being the
 team's sample in the source's own format; every problem in a file raises
 ``tasks.datasets.fields.DataError`` naming the file, the row and the field.
+
+A loader that reads several sources, told apart by the file's shape, also registers
+``source_of`` (an item -> the ``dataset.source`` its file's shape belongs to): a file is then
+refused when its shape is another source's than the config names (a PersonaMem-v2 CSV under
+``source: nemotron``), so a run is never labelled with a source its data did not come from.
 """
 
 from __future__ import annotations
@@ -64,7 +69,23 @@ def load_items(cfg) -> list[Item]:
     path = Path(ds.path).expanduser()
     if not path.is_absolute() and cfg.source_path and not path.exists():
         path = Path(cfg.source_path).parent / path  # relative to the config file as a fallback
-    return load(path)
+    items = load(path)
+    if not items:
+        raise DataError(f"{path}: no items in the file")
+    check_source(spec.loader, ds.source, path, items)
+    return items
+
+
+def check_source(loader_name: str, source: str, path, items: list[Item]) -> None:
+    """The file's shape belongs to ``source`` (when its loader says which source a shape is)."""
+    source_of = registry.lookup("loader", loader_name).meta.get("source_of")
+    if source_of is None:
+        return
+    for it in items:
+        found = source_of(it)
+        if found != source:
+            raise DataError(f"{path}: row {it.source_row}: the file is in the shape of source "
+                            f"{found!r}, but dataset.source is {source!r}")
 
 
 def select_items(cfg, limit: int | None = None) -> list[Item]:

@@ -15,15 +15,21 @@ Two formats, one item shape (docs/benchmarks.md, "ClarifyMT"):
   dialogue ``{persona, turns: [{assistant, user}], gold_acts}`` of at most two exchanges,
   which the ``static_prefix`` condition replays. Without ``personas`` the sample's six are used.
 - **AmbigNQ** as published (github.com/shmsw25/AmbigQA, CC BY-SA 3.0: loaded from the user's
-  path, never shipped): ``train.json`` / ``dev.json`` or the ``_light`` files, a list of
-  ``{id, question, annotations}``; an annotation is ``{type: singleAnswer, answer: [...]}`` or
-  ``{type: multipleQAs, qaPairs: [{question, answer: [...]}]}``. The full files' extra fields
+  path, never shipped; docs/benchmarks.md, "AmbigNQ as published", says what was read):
+  ``train.json`` / ``dev.json`` or the ``_light`` files, a list of ``{id, question,
+  annotations}``; an annotation is ``{type: singleAnswer, answer: [...]}`` or ``{type:
+  multipleQAs, qaPairs: [{question, answer: [...]}]}``. The full files' extra fields
   (``viewed_doc_titles``, ``used_queries``, ``nq_answer``, ``nq_doc_title``) are ignored. A
-  question with a ``multipleQAs`` annotation (the first one) is ambiguous: its hidden intents
-  are the disambiguated questions, one drawn as the user's (seeded by the question's id, so a
-  file always gives the same draw), whose answers are the references; otherwise it is
-  unambiguous and its references are the ``singleAnswer`` answers. AmbigNQ labels no
-  ambiguity dimension (``dimension: unclassified``) and stores no dialogue (no static prefix).
+  question is ambiguous by the upstream evaluation script's rule: *no* annotation is a
+  ``singleAnswer`` (one annotator who found a single answer makes it unambiguous). Its hidden
+  intents are the first ``multipleQAs`` annotation's disambiguated questions, one drawn as
+  the user's (seeded by the question's id, so a file always gives the same draw), whose
+  answers are the references; an unambiguous question's references are its ``singleAnswer``
+  answers. A disambiguated question may hold several phrasings joined by ``|`` (upstream
+  splits them the same way): the first is the question, the rest are kept as its
+  paraphrases (``hidden.paraphrases``), never shown joined. Answers are de-duplicated (after
+  collapsing whitespace), first spelling kept. AmbigNQ labels no ambiguity dimension
+  (``dimension: unclassified``) and stores no dialogue (no static prefix).
 
 Every item is crossed with every persona (items x personas), in diagonal order: the first
 ``len(items)`` rows take each item once with the personas in turn, so a small
@@ -193,11 +199,23 @@ def load_items_file(path, doc: dict) -> list[Item]:
 
 # ----- AmbigNQ ---------------------------------------------------------------------------------
 def _answers(value, where: str) -> list[str]:
+    """A list of answer strings, whitespace collapsed, duplicates dropped (the first spelling
+    kept: annotators often enter the same answer twice)."""
     if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
         raise DataError(f"{where}: a non-empty list of answer strings is required")
-    out = [" ".join(a.split()) for a in value if a.strip()]
+    out = list(dict.fromkeys(" ".join(a.split()) for a in value if a.strip()))
     if not out:
         raise DataError(f"{where}: every answer is empty")
+    return out
+
+
+def phrasings(value, where: str) -> list[str]:
+    """A disambiguated question's phrasings: AmbigNQ joins alternatives with "|" (the
+    evaluation script and codes/QGData.py split them the same way); empty parts dropped."""
+    joined = _text(value, where)
+    out = list(dict.fromkeys(" ".join(p.split()) for p in joined.split("|") if p.strip()))
+    if not out:
+        raise DataError(f"{where}: no phrasing between the '|' separators")
     return out
 
 
@@ -227,7 +245,7 @@ def ambignq_row(row, i: int, path) -> dict:
     anns = row.get("annotations")
     if not isinstance(anns, list) or not anns:
         raise DataError(f"{where}: field 'annotations': a non-empty list is required")
-    single, multi = [], None
+    single, multis = [], []
     for j, a in enumerate(anns):
         w = f"{where}: field 'annotations[{j}]"
         kind = a.get("type") if isinstance(a, dict) else None
@@ -241,25 +259,28 @@ def ambignq_row(row, i: int, path) -> dict:
             for k, p in enumerate(pairs):
                 if not isinstance(p, dict):
                     raise DataError(f"{w}.qaPairs[{k}]': an object {{question, answer}}")
-                parsed.append({"question": _text(p.get("question"), f"{w}.qaPairs[{k}].question'"),
+                parsed.append({"phrasings": phrasings(p.get("question"), f"{w}.qaPairs[{k}].question'"),
                                "answers": _answers(p.get("answer"), f"{w}.qaPairs[{k}].answer'")})
-            multi = multi or parsed  # the first multipleQAs annotation
+            multis.append(parsed)
         else:
             raise DataError(f"{w}.type': {kind!r} is not singleAnswer or multipleQAs")
     qid = str(qid)
-    if multi is None:
+    # The evaluation script's rule (ambigqa_evaluate_script.py, is_multi): ambiguous only
+    # when no annotator gave a single answer.
+    if single or not multis:
         return {"id": qid, "query": question, "dimension": None, "subtype": "ambignq",
                 "intent": None, "slots": [], "clarifying_question": None,
                 "gold_acts": ["answer"], "answers": single, "off_topic": None, "prefixes": {}}
+    multi = multis[0]  # the first multipleQAs annotation
     k = drawn(qid, len(multi))
-    meant = multi[k]["question"]
-    other = multi[(k + 1) % len(multi)]["question"] if len(multi) > 1 else None
+    meant, *paraphrases = multi[k]["phrasings"]
+    other = multi[(k + 1) % len(multi)]["phrasings"][0] if len(multi) > 1 else None
     slot = {"name": "meaning", "value": meant, "partial": partial_of(question, meant),
             "alternative": other, "wrong": None}
     return {"id": qid, "query": question, "dimension": "unclassified", "subtype": "ambignq",
             "intent": meant, "slots": [slot], "clarifying_question": None,
             "gold_acts": ["ask", "answer", "answer"], "answers": multi[k]["answers"],
-            "off_topic": None, "prefixes": {}}
+            "off_topic": None, "prefixes": {}, "paraphrases": paraphrases}
 
 
 def load_ambignq(path, rows: list) -> list[Item]:
@@ -276,7 +297,7 @@ def make_item(it: dict, persona: dict, source: str, row: int) -> Item:
               "persona": persona["behaviour"], "persona_kind": persona["kind"],
               "persona_rate": persona["rate"], "gold_acts": it["gold_acts"],
               "answers": it["answers"]}
-    for key in ("intent", "clarifying_question", "off_topic"):
+    for key in ("intent", "clarifying_question", "off_topic", "paraphrases"):
         if it.get(key):
             hidden[key] = it[key]
     prompts = {"query": it["query"]}
@@ -302,7 +323,13 @@ def cross(items: list[dict], pers: list[dict], source: str) -> list[Item]:
     return out
 
 
-@loader("clarifymt", sample=SAMPLE)
+def source_of(item: Item) -> str:
+    """The ``dataset.source`` an item's file shape belongs to (the team's sample is in the
+    project's own format)."""
+    return "ambignq" if item.meta["source"] == "ambignq" else "clarifymt"
+
+
+@loader("clarifymt", sample=SAMPLE, source_of=source_of)
 def load(path) -> list[Item]:
     """The project's JSON or AmbigNQ, told apart by shape; any other shape is refused."""
     doc = _read(path)

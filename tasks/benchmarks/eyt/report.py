@@ -3,7 +3,7 @@ accuracy by turn, with the alpha band) and the drift curve per target, drawn as 
 figures (none on empty data: a sentence instead), subjective means, and ranking stability
 across judges (Kendall's tau-b between two judges' rankings of the targets).
 
-The rules are in views.sql beside the spec (Y1-Y6). Two are computed here, on the views' rows:
+The rules are in views.sql beside the spec (Y1-Y7). Two are computed here, on the views' rows:
 
 - ``warmup(curve, alpha)``: the plateau P is the mean accuracy over the later half of the
   turns with data (the last ceil(T/2) of T turns); the warm-up turn is the first turn from
@@ -164,6 +164,18 @@ def _warmup_lines(warm: list[dict], alpha: float) -> list[str]:
                                   "warm-up effect"], rows)
 
 
+def _budget_lines(rows: list[dict]) -> list[str]:
+    """What the loader's persona budget dropped (nothing for the team's sample, which has
+    no budget to meet)."""
+    if not rows:
+        return []
+    return ["", "Persona budget (whole persona fields left out to fit the loader's "
+            "persona_budget; each item's hidden.persona_dropped names them):", ""] + md_table(
+        ["persona source", "personas", "personas trimmed", "fields dropped"],
+        [[r["persona_source"], str(r["n_personas"]), str(r["n_trimmed"]),
+          str(r["n_fields_dropped"])] for r in rows])
+
+
 @section("eyt", title=TITLE, args=EytArgs)
 class EytSection:
     def __init__(self, args: EytArgs):
@@ -175,19 +187,21 @@ class EytSection:
             "warm": "warmup ORDER BY target, model_turn",
             "drift": "drift ORDER BY target, model_turn",
             "subj": "subjective ORDER BY target",
-            "judges": "judge_scores ORDER BY kind, measure, judge_index"},
+            "judges": "judge_scores ORDER BY kind, measure, judge_index",
+            "budget": "persona_budget ORDER BY persona_source"},
             needs=("ficr", "warm", "drift", "subj"),
             nothing="no completed EYT episode has verdicts yet")
         if isinstance(views, str):
             return views
         lines = ["Each target states its perceived intent beside every reply (never shown to "
-                 "the simulated user). Unscored verdicts are left out and counted (rules Y1-Y6 "
+                 "the simulated user). Unscored verdicts are left out and counted (rules Y1-Y7 "
                  "in the views.sql beside the spec).", "",
                  "Final-intent completion rate (FICR) by persona source:", ""]
         lines += md_table(["target", "persona source", "scored / episodes", "FICR"],
                           [[r["target"], r["persona_source"], f"{r['n_scored']} / {r['n_episodes']}",
                             number(r["ficr"])] for r in views["ficr"]]) if views["ficr"] else [
             "Not computed: no final-intent verdict."]
+        lines += _budget_lines(views["budget"])
         lines += _warmup_lines(views["warm"], self.alpha)
         lines += ["", "Intent drift by turn (cosine distance, perceived vs latent intent):", ""]
         lines += _curve_table(views["drift"], "drift_latent", "n_latent")

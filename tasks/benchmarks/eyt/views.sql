@@ -20,6 +20,10 @@
 --     <measure>#<k> (k = its place in the config's list); {{prefix}}_judge_scores averages
 --     them per kind, measure, judge and target, the input of the ranking stability (Kendall's
 --     tau between judges' rankings of the targets, report.py).
+-- Y7. The persona budget: per persona source, the corpus personas among the run's items, how
+--     many lost fields to the loader's persona_budget and how many fields in all (an item's
+--     meta.persona_dropped: the whole fields left out of its persona text; the team's sample
+--     records none and has no row here).
 
 -- One row per assistant turn of a completed episode, with its measures.
 CREATE OR REPLACE VIEW {{prefix}}_turns AS
@@ -102,3 +106,17 @@ SELECT per.*,
        trim(list_extract(string_split(s.judge, ','), per.judge_index)) AS judge
 FROM per
 LEFT JOIN selected_verdict_sets s ON s.benchmark = '{{benchmark}}' AND s.kind = per.kind;
+
+-- Y7: what the persona budget dropped, per persona source.
+CREATE OR REPLACE VIEW {{prefix}}_persona_budget AS
+WITH p AS (
+    SELECT json_extract_string(meta, '$.persona_source') AS persona_source,
+           json_extract_string(meta, '$.persona_id') AS persona_id,
+           max(CAST(json_extract(meta, '$.persona_dropped') AS INTEGER)) AS dropped
+    FROM bench_items
+    WHERE benchmark = '{{benchmark}}' AND json_extract(meta, '$.persona_dropped') IS NOT NULL
+    GROUP BY ALL
+)
+SELECT persona_source, count(*) AS n_personas, count(*) FILTER (WHERE dropped > 0) AS n_trimmed,
+       sum(dropped) AS n_fields_dropped
+FROM p GROUP BY ALL;
