@@ -51,10 +51,17 @@ def builtin_names() -> list[str]:
     return sorted(p.parent.name for p in BENCHMARKS_DIR.glob(f"*/{SPEC_FILE}"))
 
 
-@lru_cache(maxsize=32)
 def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
     """The spec of a benchmark, validated, its components found and their arguments checked;
-    SpecError names the file and the field."""
+    SpecError names the file and the field. A spec of its own (outside the built-in folder)
+    also brings its views to every warehouse this process opens from now on."""
+    spec = _load_spec(name_or_path)
+    remember_views(spec)
+    return spec
+
+
+@lru_cache(maxsize=32)
+def _load_spec(name_or_path: str) -> BenchmarkSpec:
     path = spec_path(name_or_path)
     if not path.is_file():
         raise SpecError(f"benchmark {name_or_path!r}: no spec at {path} (built in: "
@@ -78,7 +85,6 @@ def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
         raise SpecError(f"{path}: {where}: {msg}") from None
     spec.source_path = str(path)
     _check_components(spec, path)
-    remember_views(spec)
     return spec
 
 

@@ -44,6 +44,11 @@ def _isolated_env(monkeypatch, tmp_path):
     # A developer's own overrides must not leak into tests.
     for var in ("CARRYON_HOME", "CARRYON_API_BASE", "CARRYON_API_KEY", "CARRYON_CACHE_DIR"):
         monkeypatch.delenv(var, raising=False)
+    # Nor the views of a test's own spec (a fixture benchmark) into later tests' warehouses: a
+    # process brings the views of the specs it loaded to every warehouse it opens.
+    from tasks import bench
+
+    monkeypatch.setattr(bench, "_LOADED_VIEWS", dict(bench._LOADED_VIEWS))
 
 
 def base_config(api_base: str, home: Path, **over) -> dict:
