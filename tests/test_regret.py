@@ -435,6 +435,20 @@ def test_the_judge_sends_the_responders_request_and_scores_turns():
     assert last["r_ref_expected"].value == pytest.approx(0.8)
 
 
+def test_r_ref_is_the_planners_reward_on_the_items_own_hidden_intent():
+    # On the vague Dune graph the planner's reward differs by hidden intent (worked by hand
+    # in test_user_behaviours_and_r_ref_by_hand): 0.7, -0.4, -0.2, mean 0.1 / 3. The item's
+    # r_ref is its own intent's value; only r_ref_expected is the graph's mean. (A judge
+    # storing the mean as r_ref passes the cooperative case above, where all three are 0.8.)
+    j = regret_judge.JUDGE
+    for hidden, own in ((0, 0.7), (1, -0.4), (2, -0.2)):
+        item = _item("vague", hidden=hidden)
+        last = {m.measure: m for m in j.verdicts(_view(item, "Frank Herbert", is_last=True,
+                                                       position=3), None)}
+        assert last["r_ref"].value == pytest.approx(own), hidden
+        assert last["r_ref_expected"].value == pytest.approx(0.1 / 3), hidden
+
+
 def test_the_planner_seat_replays_its_questions_from_the_transcript():
     seat = planner_mod.Planner()
     item = _item("vague", hidden=1)  # planner: year ("1984 or 1965"), medium (vague), guess
