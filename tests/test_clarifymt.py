@@ -897,6 +897,27 @@ def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
     assert cell(None, 0, 1) == "too few (n=0; needs 1)" and cell(0.5, 2, 1) == "50.0% (n=2)"
 
 
+def test_an_empty_judge_table_says_why_not_whether_the_judge_is_configured(tmp_path):
+    # Only e3 (live, unambiguous: ask, then hedge) and s2 (static, unambiguous: answer) left:
+    # every judge ran, yet no answer turn is on an ambiguous item (slots), and no verdict of
+    # the move checker is on these episodes' replies.
+    wh = _populated(tmp_path)
+    wh.user_query("DELETE FROM episodes WHERE episode_id NOT IN ('e3', 's2')", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert "configured?" not in md
+    assert ("Not computed: no answer turn of an ambiguous item to read slots from (3 act turns: "
+            "1 asked, 2 answered, 0 refused, 0 unscored).") in md
+    assert "Not computed: the move checker's verdict set has no verdict on these turns." in md
+    wh.user_query("DELETE FROM verdict_sets WHERE kind = 'clarifymt_persona_check'", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert ("Not computed: the move checker has no verdict set (not configured, or the verdicts "
+            "stage has not run).") in md
+    # e3's one reply gone: nothing to check, whatever the config says.
+    wh.user_query("DELETE FROM episode_turns WHERE episode_id = 'e3' AND position = 2", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert "Not computed: the persona user replied to no question, so there was no reply to check." in md
+
+
 # --------------------------------------------------------------------------- end to end
 
 def _fenced(text: str, label: str) -> str:

@@ -661,6 +661,59 @@ def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
     assert "No figure: no target has a scored episode yet" in md and "```" not in md
 
 
+def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons(tmp_path):
+    from tasks.benchmarks.regret import report as sec
+    from tasks.report.episodes import coverage_md, failed_targets_md
+
+    wh = _populated(tmp_path)
+    wh.write("episodes", [{"episode_id": f"F{k}", "benchmark": "regret", "item_id": "A",
+                           "condition": "converse", "target": "down", "user_policy": "responder",
+                           "status": "simulator_error", "termination": "error",
+                           "error": "api_error: connection refused", "n_turns": 1, "run_id": "r"}
+                          for k in range(6)])
+    md = sec.section(wh, load_spec("regret"))
+    assert ("| down | all | all | 0 / 6 (failed: simulator_error (api_error) x 6) | n/a | n/a |"
+            in md)
+    cov = coverage_md(wh, "regret")
+    assert "| down | converse | 6 | 0 | 6 |" in cov and "simulator_error (api_error) x 6 |" in cov
+    # m's failed E6 is named beside m's completed ones; only "down" has no completed episode.
+    assert "target_error x 1" in cov and "ended_not_asking" in cov and "n_answered" not in cov
+    lines = failed_targets_md(wh, "regret")
+    assert len([x for x in lines if x.startswith("- **")]) == 1
+    assert "- **down**: 0 of 6 episodes completed (simulator_error (api_error) x 6)" in lines[-1]
+
+
+def test_run_exits_1_when_every_episode_of_a_target_failed(tmp_path):
+    import typer
+
+    from flows.cli.run import _exit_if_a_target_failed
+    from tasks.config import load_config
+
+    cfg = yaml.safe_load((ROOT / "configs" / "regret.yaml").read_text())
+    cfg["home"] = str(tmp_path / "home")
+    (tmp_path / "regret.yaml").write_text(yaml.safe_dump(cfg))
+    config = load_config(tmp_path / "regret.yaml")
+    wh = Warehouse(config.home_path / "warehouse.duckdb").init()
+    summary = {"home": str(config.home_path)}
+
+    def episode(eid, target, status):
+        return {"episode_id": eid, "benchmark": "regret", "item_id": "A", "condition": "converse",
+                "target": target, "user_policy": "responder", "status": status,
+                "termination": "error" if status != "completed" else "answered",
+                "error": None if status == "completed" else "api_error: down", "n_turns": 1,
+                "run_id": "r"}
+
+    # "gone" is no seat of this config: an earlier run's target does not fail this one.
+    wh.write("episodes", [episode("a", "smollm2-135m", "completed"),
+                          episode("b", "planner", "simulator_error"),
+                          episode("c", "gone", "simulator_error")])
+    with pytest.raises(typer.Exit) as e:
+        _exit_if_a_target_failed(config, summary)
+    assert e.value.exit_code == 1
+    wh.write("episodes", [episode("d", "planner", "completed")])
+    _exit_if_a_target_failed(config, summary)  # one completed episode: the run stands
+
+
 # --------------------------------------------------------------------------- end to end
 
 def _fenced(text: str, label: str) -> str:

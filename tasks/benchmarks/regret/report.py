@@ -9,7 +9,7 @@ drawn on empty data, a sentence says why instead."""
 from __future__ import annotations
 
 from tasks.engine.registry import section as register_section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import failed_targets, md_table, read_views, view_prefix
 
 TITLE = "Clarification as a policy: regret against the reference planner"
 WIDTH, HEIGHT = 41, 11  # the scatter's grid: turns across, success up
@@ -54,7 +54,8 @@ def section(wh, spec) -> str:
     if isinstance(views, str):
         return views
     summary, targets = views["summary"], views["targets"]
-    if not summary:
+    failed = failed_targets(wh, spec.name)
+    if not summary and not failed:
         return ("Not computed: no completed episode of this benchmark yet (run the episodes "
                 "and verdicts stages).")
     lines = ["R = U*correct - c*turns - lambda*ineffective questions; R_ref is the reference "
@@ -70,7 +71,10 @@ def section(wh, spec) -> str:
           _pct(r["success"]), _num(r["turns"]), _num(r["tokens"], False),
           _pct(r["ineffective_rate"]), _num(r["reward"], True), _num(r["r_ref"], True),
           _num(r["regret"], True), _pct(r["too_early_rate"]), _pct(r["too_late_rate"])]
-         for r in summary])
+         for r in summary] +
+        # A target none of whose episodes completed keeps its row: its count and why.
+        [[r["target"], "all", "all", f"0 / {r['n_episodes']} (failed: {r['reasons']})"]
+         + ["n/a"] * 9 for r in failed])
     fallback = sum(r["n_correct_by_equivalence"] for r in summary)
     if fallback:
         lines += ["", f"{fallback} answer(s) counted correct by the equivalence judge's "
