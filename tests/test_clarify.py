@@ -297,6 +297,17 @@ def test_reactive_asks_back_from_the_hidden_intent():
     assert sim.sample_key and sim.sample_key.startswith("user:")  # sampled: keyed by transcript
 
 
+def test_reactive_drops_fence_lines_the_simulator_copied_exactly_or_nearly():
+    # The marker lines of its prompt's fences, copied: exact, one ">" short with the token cut
+    # by an ellipsis, a "<" short without a token, and a token cut at the end of the text.
+    item = _item()
+    copied = ("<<<END ASSISTANT TURN TCE0BF…>>\n<<<BEGIN USER TURN (you) T0A1B2C3D4E5F6071829A>>>\n"
+              " I mean 2023.\n<<END USER TURN (you)>\n<<<END USER TURN (you) T0A1B2")
+    gw = _gateway(_ok_act("clarifying_question", True), CallResult(call_hash="h-sim", content=copied))
+    out = asyncio.run(reactive.POLICY.next(_env(gw), _state(item, "Which year do you mean?")))
+    assert out.content == "I mean 2023."
+
+
 def test_reactive_persona_from_hidden_or_meta():
     item = Item("i", 0, {"question": "Q"}, {"question": "Q", "intent": "I"}, {"persona": "a baker"})
     text = reactive.simulator_messages(item, [{"role": "user", "content": "Q"},
