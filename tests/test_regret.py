@@ -683,6 +683,40 @@ def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons
     assert "- **down**: 0 of 6 episodes completed (simulator_error (api_error) x 6)" in lines[-1]
 
 
+def test_the_act_judge_is_checked_against_the_planners_known_acts(tmp_path):
+    # The planner's episodes on item A: P1 asks (its template) and answers, both read right;
+    # P2 asks, read right, then answers "Lynch", read as a refusal; P3 answers at once, read as
+    # a clarifying question. 3 of 5 turns agree (60.0 %); the planner's one row (cooperative,
+    # QA) rests on 2 episodes with a disagreement. The planner's regret rows are not changed.
+    from tasks.benchmarks.regret import report as sec
+
+    wh = _populated(tmp_path)
+    q = "Which medium do you mean: novel or film?"
+    eps = {"P1": [(q, "clarifying_question"), ("Lynch", "direct_answer")],
+           "P2": [(q, "clarifying_question"), ("Lynch", "refusal")],
+           "P3": [("Lynch", "clarifying_question")]}
+    wh.write("episodes", [{"episode_id": e, "benchmark": "regret", "item_id": "A",
+                           "condition": "converse", "target": "planner", "user_policy": "responder",
+                           "status": "completed", "termination": "answered", "n_turns": 2 * len(ts),
+                           "run_id": "r"} for e, ts in eps.items()])
+    wh.write("episode_turns", [{"episode_id": e, "position": pos, "role": role, "model_turn": k + 1,
+                                "content": text}
+                               for e, ts in eps.items() for k, (content, _) in enumerate(ts)
+                               for pos, role, text in ((2 * k, "user", "u"),
+                                                       (2 * k + 1, "assistant", content))])
+    wh.write("verdicts", [{"judgment_set_id": "act", "episode_id": e, "position": 2 * k + 1,
+                           "measure": "act", "kind": "act", "model_turn": k + 1,
+                           "value": act.ACT_CODES[a], "label": a, "reason": None}
+                          for e, ts in eps.items() for k, (_, a) in enumerate(ts)])
+    md = sec.section(wh, load_spec("regret"))
+    assert "it agrees on 3 of 5 planner turns (60.0%)" in md
+    assert "Disagreements: answers read as clarifying_question 1; answers read as refusal 1." in md
+    assert "| planner (*judge disagreed* in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    # Without a planner seat there is nothing to check: no line.
+    (tmp_path / "x").mkdir()
+    assert "known acts" not in sec.section(_populated(tmp_path / "x"), load_spec("regret"))
+
+
 def test_run_exits_1_when_every_episode_of_a_target_failed(tmp_path):
     import typer
 
@@ -814,6 +848,9 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
     text = md.read_text()
     assert "## Clarification as a policy: regret against the reference planner" in text
     assert "| planner | cooperative | OpenDomainQA | 3 / 3 | 100.0% | 2.00 |" in text
+    # The planner's turns: 2 in each cooperative episode, 8 in the vague ones; the scripted
+    # act judge reads each right.
+    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "*judge disagreed*" not in text
     assert "facet_mapper: openai/local-smollm2" in text
 
     before = llm_server.counts["total"]

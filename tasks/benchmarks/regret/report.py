@@ -45,6 +45,48 @@ def scatter(points: list[tuple[str, float, float]], max_turns: float) -> list[st
             "- `*`: two or more targets at the same place."]
 
 
+# The reference planner's seat (a policy without a model, so the seat takes the policy's
+# name) and the shape of its questions (cig.question_text); every other turn of it is an
+# answer (cig.answer_text). Its acts are therefore known without a judge.
+PLANNER = "planner"
+PLANNER_QUESTION = r"^Which .+ do you mean: .+\?$"
+
+
+def planner_agreement(wh, prefix: str) -> list[dict]:
+    """Per planner turn the act judge labelled: the known act and the judge's label, with
+    its episode, behaviour and domain (the regret row it feeds)."""
+    return wh.query(
+        f"SELECT t.episode_id, t.behaviour, t.domain, t.act, "
+        f"  CASE WHEN regexp_matches(et.content, ?) THEN 'clarifying_question' "
+        f"       ELSE 'direct_answer' END AS known "
+        f"FROM {prefix}_turns t JOIN episode_turns et USING (episode_id, position) "
+        f"WHERE t.target = ? AND t.act IS NOT NULL", [PLANNER_QUESTION, PLANNER])
+
+
+def agreement_lines(rows: list[dict]) -> tuple[list[str], dict]:
+    """The judge-agreement paragraph and {(behaviour, domain): episodes with a disagreement}."""
+    if not rows:
+        return [], {}
+    wrong = [r for r in rows if r["act"] != r["known"]]
+    kinds: dict[str, int] = {}
+    for r in wrong:
+        key = f"{'questions' if r['known'] == 'clarifying_question' else 'answers'} read as {r['act']}"
+        kinds[key] = kinds.get(key, 0) + 1
+    flagged: dict[tuple, set] = {}
+    for r in wrong:
+        flagged.setdefault((r["behaviour"], r["domain"]), set()).add(r["episode_id"])
+    line = (f"**Act judge against the reference planner's known acts:** it agrees on "
+            f"{len(rows) - len(wrong)} of {len(rows)} planner turns "
+            f"({100 * (len(rows) - len(wrong)) / len(rows):.1f}%). The planner's acts are known "
+            "(its questions are its own template, every other turn an answer), so each "
+            "disagreement is the judge's error, and the regret of every target rests on the "
+            "same judge.")
+    if wrong:
+        line += " Disagreements: " + "; ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + \
+            ". Planner rows marked *judge disagreed* rest on those episodes."
+    return ["", line], {k: len(v) for k, v in flagged.items()}
+
+
 @register_section("regret", title=TITLE)
 def section(wh, spec) -> str:
     p = view_prefix(spec, "regret")
@@ -64,10 +106,17 @@ def section(wh, spec) -> str:
              "intents were consistent; too late: asked after at most one was. Episodes with an "
              "unscored verdict are left out and counted (rules G1-G8 in the views.sql beside "
              "the spec).", ""]
+    agreement, flagged = agreement_lines(planner_agreement(wh, p))
+
+    def who(r) -> str:
+        n = flagged.get((r["behaviour"], r["domain"])) if r["target"] == PLANNER else None
+        return f"{r['target']} (*judge disagreed* in {n} episode{'s' if n != 1 else ''})" if n \
+            else r["target"]
+
     lines += md_table(
         ["target", "behaviour", "domain", "scored / episodes", "success", "turns", "tokens",
          "ineffective", "R", "R_ref", "regret", "too early", "too late"],
-        [[r["target"], r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
+        [[who(r), r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
           _pct(r["success"]), _num(r["turns"]), _num(r["tokens"], False),
           _pct(r["ineffective_rate"]), _num(r["reward"], True), _num(r["r_ref"], True),
           _num(r["regret"], True), _pct(r["too_early_rate"]), _pct(r["too_late_rate"])]
@@ -75,6 +124,7 @@ def section(wh, spec) -> str:
         # A target none of whose episodes completed keeps its row: its count and why.
         [[r["target"], "all", "all", f"0 / {r['n_episodes']} (failed: {r['reasons']})"]
          + ["n/a"] * 9 for r in failed])
+    lines += agreement
     fallback = sum(r["n_correct_by_equivalence"] for r in summary)
     if fallback:
         lines += ["", f"{fallback} answer(s) counted correct by the equivalence judge's "
