@@ -61,7 +61,8 @@ def failed_targets_md(wh, benchmark: str) -> list[str]:
     if not lines:
         return []
     return ["", "**Targets with no completed episode** (absent from the metric tables below, "
-            "which read completed episodes; `carryon run` exits 1 for them):", "", *lines]
+            "which read completed episodes; `carryon run` exits 1 when one is a target of its "
+            "config):", "", *lines]
 
 
 def section_md(wh, spec, name: str) -> tuple[str, str]:
