@@ -3,7 +3,8 @@
 
 Applies known-bad edits ("mutants"), one at a time, to tasks/benchmarks/carryon/views.sql,
 tasks/report/analyses.py, tasks/gateway/keys.py and the files in TESTS below (the gateway's
-own key, the validation report's harmful boundary, multi-span scoring, the paper comparison),
+own key, the validation report's harmful boundary, multi-span scoring, the paper comparison,
+the sister benchmarks' views and the regret judge),
 runs the tests that cover the mutated file, and prints which tests caught each mutant (or SURVIVED). Every mutant must be caught.
 
 The working tree is never edited: the repository's files (tracked and untracked, not
