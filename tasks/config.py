@@ -10,16 +10,17 @@ so a user can fix a typo without reading a traceback. Environment overrides:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import (
-    AliasChoices, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator,
-    model_validator,
+    AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model,
+    field_validator, model_validator,
 )
 
 from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
@@ -296,6 +297,45 @@ def _field_path(loc: tuple) -> str:
     return ".".join(parts) or "(top level)"
 
 
+def _model_in(annotation):
+    """The pydantic model an annotation holds (X, X | None, list[X], dict[str, X]), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _keys_at(model, loc: tuple) -> list[str]:
+    """The field names (and aliases) a mapping at ``loc`` inside ``model`` accepts."""
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue  # a list's index: the list's own model holds on
+        fields = {**model.model_fields, **{f.alias: f for f in model.model_fields.values() if f.alias}}
+        field = fields.get(str(part))
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    if model is None:
+        return []
+    return [*model.model_fields, *(f.alias for f in model.model_fields.values() if f.alias)]
+
+
+def did_you_mean(name: str, valid) -> str:
+    """" (did you mean 'x'?)" for the valid name closest to a mistyped one, else ""."""
+    close = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _suggestion(err: dict) -> str:
+    """For an unknown key, the nearest valid key at that place in the config."""
+    if err.get("type") != "extra_forbidden" or not err["loc"]:
+        return ""
+    return did_you_mean(err["loc"][-1], _keys_at(Config, tuple(err["loc"][:-1])))
+
+
 def _got(err: dict) -> str:
     value = err.get("input")
     if isinstance(value, (dict, list)) or err.get("type") in ("missing", "extra_forbidden"):
@@ -335,7 +375,7 @@ def load_config(path: str | Path) -> Config:
         first = e.errors()[0]
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{_got(first)}"
-                          f"{more}") from None
+                          f"{_suggestion(first)}{more}") from None
     cfg.source_path = str(path)
     _check_benchmark(cfg, path)
     for role in [*ROLES, *(cfg.models.model_extra or {})]:  # a missing model string fails now
@@ -362,8 +402,8 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
         # A key no component declares is refused even when empty; a table role of another
         # benchmark may stay unset.
         if name not in allowed and (name in extra or getattr(cfg.models, name) not in (None, [])):
-            raise ConfigError(f"{path}: models.{name}: not a role of benchmark {spec.name} "
-                              f"(its roles: {', '.join(allowed)})")
+            raise ConfigError(f"{path}: models.{name}: not a role of benchmark {spec.name}"
+                              f"{did_you_mean(name, allowed)} (its roles: {', '.join(allowed)})")
     for name, value in extra.items():  # a component's own role: the entry's shape is its
         try:
             extra[name] = TypeAdapter(_role_field(registry.role(name))[0]).validate_python(value)

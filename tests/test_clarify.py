@@ -297,6 +297,17 @@ def test_reactive_asks_back_from_the_hidden_intent():
     assert sim.sample_key and sim.sample_key.startswith("user:")  # sampled: keyed by transcript
 
 
+def test_reactive_drops_fence_lines_the_simulator_copied_exactly_or_nearly():
+    # The marker lines of its prompt's fences, copied: exact, one ">" short with the token cut
+    # by an ellipsis, a "<" short without a token, and a token cut at the end of the text.
+    item = _item()
+    copied = ("<<<END ASSISTANT TURN TCE0BF…>>\n<<<BEGIN USER TURN (you) T0A1B2C3D4E5F6071829A>>>\n"
+              " I mean 2023.\n<<END USER TURN (you)>\n<<<END USER TURN (you) T0A1B2")
+    gw = _gateway(_ok_act("clarifying_question", True), CallResult(call_hash="h-sim", content=copied))
+    out = asyncio.run(reactive.POLICY.next(_env(gw), _state(item, "Which year do you mean?")))
+    assert out.content == "I mean 2023."
+
+
 def test_reactive_persona_from_hidden_or_meta():
     item = Item("i", 0, {"question": "Q"}, {"question": "Q", "intent": "I"}, {"persona": "a baker"})
     text = reactive.simulator_messages(item, [{"role": "user", "content": "Q"},
@@ -513,8 +524,39 @@ def test_report_section(tmp_path):
     assert "| questions on target | 100.0% (n=1) |" in md
     assert "| first act unscored (left out) | 1 |" in md
     assert "| t | ambiguous | disambiguated question | 2 / 2 | 50.0% | 75.0% | 100.0% | 100.0% (n=1) |" in md
-    assert "| t | unambiguous | answered without asking | 1 / 2 (1 unscored) | 100.0% |" in md
+    assert ("| t | unambiguous | did not ask first (answered, hedged or refused) | 1 / 2 (1 unscored) "
+            "| 100.0% |") in md
     assert "| t | +0.000 | +0.250 | -1.000 |" in md
+
+
+def test_a_refusal_is_refused_in_every_table_never_answered(tmp_path):
+    # Target "r": R1 refuses an ambiguous question (A1), R2 answers one (A2) directly.
+    # C3: refusal 1/2, answered without asking (under-clarification) 1/2, asked 0/2. C6: both
+    # take the path "did not ask first"; the report never calls R1's refusal an answer.
+    from tasks.benchmarks.clarify import section as sec
+
+    wh = _populated(tmp_path)
+    wh.write("episodes", [{"episode_id": e, "benchmark": "clarify", "item_id": i, "condition": "ask",
+                           "target": "r", "user_policy": "reactive", "status": "completed",
+                           "termination": "answered", "n_turns": 2, "run_id": "r"}
+                          for e, i in (("R1", "A1"), ("R2", "A2"))])
+    wh.write("episode_turns", [{"episode_id": e, "position": p, "role": "user" if p == 0 else "assistant",
+                                "model_turn": 1, "content": "x"} for e in ("R1", "R2") for p in (0, 1)])
+    wh.write("verdicts", [{"judgment_set_id": s, "episode_id": e, "position": 1, "measure": m,
+                           "kind": k, "model_turn": 1, "value": x, "label": lab, "reason": None}
+                          for e, a in (("R1", "refusal"), ("R2", "direct_answer"))
+                          for s, k, m, x, lab in (("act-new", "act", "act", act.ACT_CODES[a], a),
+                                                  ("ref", "reference", "exact_match", 0.0, None),
+                                                  ("ref", "reference", "token_f1", 0.0, None),
+                                                  ("ref", "reference", "contains", 0.0, None))])
+    [r] = wh.query("SELECT * FROM clarify_rates WHERE target = 'r'")
+    assert (r["n_judged"], r["clarify_rate"], r["answer_without_asking_rate"], r["refusal_rate"]) == (
+        2, 0.0, 0.5, 0.5)
+    md = sec.section(wh, load_spec("clarify"))
+    assert "| under-clarification (ambiguous, answered) | 50.0% (n=2) | 50.0% (n=2) |" in md
+    assert "| refuses on ambiguous questions | 50.0% (n=2) | 0.0% (n=2) |" in md  # r, t
+    assert "| r | ambiguous | did not ask first (answered, hedged or refused) | 2 / 2 |" in md
+    assert "answered without asking |" not in md
 
 
 def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):

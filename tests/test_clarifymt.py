@@ -750,6 +750,40 @@ def test_act_accuracy_by_depth_dimension_and_persona(tmp_path):
     assert (three["n_judged"], three["accuracy"]) == (1, 1.0)
 
 
+def test_a_refusal_is_a_judged_act_that_is_never_correct(tmp_path):
+    # Target "r" (the fixture's target "t" untouched): r1 live U d1 refusal (gold answer);
+    # r2 live U d1 direct answer (gold answer); r3 live B d1 ask, d2 refusal (gold ask, ask).
+    # M3: refusal -> 'refusal', judged and never correct: 2 correct of 4 judged = 0.5 (an
+    # unmapped refusal would be unscored: 2 / 2 = 1.0). M8: r1 and r3 never answer; they are
+    # counted as no answer, not as unscored acts. M5: gold answer judged 2 (r1, r2), none
+    # asked; gold ask judged 2 (r3 d1, d2), none answered.
+    wh = _populated(tmp_path)
+    eps = [("r1", "U", 1), ("r2", "U", 1), ("r3", "B", 2)]
+    wh.write("episodes", [{"episode_id": e, "benchmark": "clarifymt", "item_id": i,
+                           "condition": "live", "target": "r", "user_policy": "x",
+                           "status": "completed", "termination": "answered", "n_turns": 2 * n,
+                           "run_id": "r"} for e, i, n in eps])
+    wh.write("episode_turns", [{"episode_id": e, "position": pos,
+                                "role": "user" if pos % 2 == 0 else "assistant",
+                                "model_turn": pos // 2 + 1, "content": "x"}
+                               for e, _, n in eps for pos in range(2 * n)])
+    acts = [("r1", 1, "refusal"), ("r2", 1, "direct_answer"), ("r3", 1, "clarifying_question"),
+            ("r3", 2, "refusal")]
+    wh.write("verdicts", [{"judgment_set_id": KIND_SETS["act"], "episode_id": e,
+                           "position": 2 * d - 1, "measure": "act", "kind": "act",
+                           "model_turn": d, "value": act.ACT_CODES[a], "label": a, "reason": None}
+                          for e, d, a in acts])
+    live = _one(wh, "act_accuracy", mode="live", target="r", depth=None, dimension="all",
+                persona="all")
+    assert (live["n_turns"], live["n_act_unscored"], live["n_judged"], live["n_correct"]) == (4, 0, 4, 2)
+    assert live["accuracy"] == 0.5
+    t = _one(wh, "turns_to_answer", target="r", persona="all")
+    assert (t["n_episodes"], t["n_act_unscored"], t["n_answered"], t["n_no_answer"]) == (3, 0, 1, 2)
+    c = _one(wh, "clarification", mode="live", target="r", depth=None, dimension="all", persona="all")
+    assert (c["n_gold_answer"], c["over_clarification"], c["n_gold_ask"], c["under_clarification"]) == (
+        2, 0.0, 2, 0.0)
+
+
 def test_under_and_over_clarification(tmp_path):
     wh = _populated(tmp_path)
     live = _one(wh, "clarification", mode="live", depth=None, dimension="all", persona="all")
@@ -861,6 +895,27 @@ def test_report_section_on_hand_written_rows_and_on_nothing(tmp_path):
     strict = ClarifyMTSection(SimpleNamespace(min_n=3))(_populated(tmp_path / "b"), spec)
     assert "| live | t | P2 | 33.3% (n=3) | too few (n=2; needs 3) |" in strict
     assert cell(None, 0, 1) == "too few (n=0; needs 1)" and cell(0.5, 2, 1) == "50.0% (n=2)"
+
+
+def test_an_empty_judge_table_says_why_not_whether_the_judge_is_configured(tmp_path):
+    # Only e3 (live, unambiguous: ask, then hedge) and s2 (static, unambiguous: answer) left:
+    # every judge ran, yet no answer turn is on an ambiguous item (slots), and no verdict of
+    # the move checker is on these episodes' replies.
+    wh = _populated(tmp_path)
+    wh.user_query("DELETE FROM episodes WHERE episode_id NOT IN ('e3', 's2')", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert "configured?" not in md
+    assert ("Not computed: no answer turn of an ambiguous item to read slots from (3 act turns: "
+            "1 asked, 2 answered, 0 refused, 0 unscored).") in md
+    assert "Not computed: the move checker's verdict set has no verdict on these turns." in md
+    wh.user_query("DELETE FROM verdict_sets WHERE kind = 'clarifymt_persona_check'", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert ("Not computed: the move checker has no verdict set (not configured, or the verdicts "
+            "stage has not run).") in md
+    # e3's one reply gone: nothing to check, whatever the config says.
+    wh.user_query("DELETE FROM episode_turns WHERE episode_id = 'e3' AND position = 2", write=True)
+    md = ClarifyMTSection()(wh, load_spec("clarifymt"))
+    assert "Not computed: the persona user replied to no question, so there was no reply to check." in md
 
 
 # --------------------------------------------------------------------------- end to end

@@ -134,3 +134,28 @@ def test_sql_on_a_warehouse_another_process_holds_names_it(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_server_why_prints_a_failed_runs_one_line_reason(prefect_harness):
+    # What `prefect deployment run --watch` leaves out: the failed state's message, which
+    # holds the stage's one-line reason (StageFailed), without Prefect's prefix.
+    import asyncio
+
+    import pytest
+    from prefect import flow
+
+    from tasks.engine.stage_errors import StageFailed
+
+    @flow(name="carryon")
+    def failing():
+        raise StageFailed("episodes", "all 2 episodes failed: api_error: connection refused (2 times)")
+
+    with pytest.raises(StageFailed):
+        failing()
+    from flows.cli.prefect import failed_run_reason
+
+    line = asyncio.run(failed_run_reason(None))
+    assert line.endswith("(Failed): StageFailed: episodes: all 2 episodes failed: "
+                         "api_error: connection refused (2 times)"), line
+    r = CliRunner().invoke(app, ["server", "why"])
+    assert r.exit_code == 0 and r.output.strip() == line

@@ -77,6 +77,24 @@ def test_bad_config_names_file_and_field(tmp_path, text, field):
     assert str(path) in str(e.value) and field in str(e.value)
 
 
+@pytest.mark.parametrize("text, line", [
+    ("gatway: {}\n", "gatway: Extra inputs are not permitted (did you mean 'gateway'?)"),
+    ("models: {targets: [{model: m, temprature: 0.5}]}\n",
+     "models.targets.0.temprature: Extra inputs are not permitted (did you mean 'temperature'?)"),
+    ("dataset: {source: sample, limt: 3}\n",
+     "dataset.limt: Extra inputs are not permitted (did you mean 'limit'?)"),
+    ("limits: {prompt_turn_char: 5}\n", "(did you mean 'prompt_turn_chars'?)"),
+    ("benchmark: regret\nmodels: {act_jugde: {model: m}}\n",
+     "models.act_jugde: not a role of benchmark regret (did you mean 'act_judge'?)"),
+    ("zzzz_qqq: 1\n", "zzzz_qqq: Extra inputs are not permitted"),  # nothing near: no guess
+])
+def test_a_mistyped_key_names_the_nearest_valid_one(tmp_path, text, line):
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, text))
+    assert line in str(e.value) and len(str(e.value).splitlines()) == 1
+    assert ("did you mean" in str(e.value)) == ("did you mean" in line)
+
+
 def test_unreadable_and_invalid_yaml(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")

@@ -449,6 +449,31 @@ def test_views_on_hand_computed_rows(tmp_path):
         "m/judge-one", "m/judge-two", 2, -1.0)
 
 
+def test_ficr_over_all_sources_counts_episodes_not_sources(tmp_path):
+    # Target C: two sample episodes complete, one nemotron episode does not, one personamem
+    # episode unscored. Per source: sample 1.0 (2), nemotron 0.0 (1), personamem none scored.
+    # All sources, over scored episodes: 2 / 3 = 0.667; the mean of the per-source rates
+    # would be (1.0 + 0.0) / 2 = 0.5. Uneven sources, so the two formulas differ.
+    wh = _populated(tmp_path)
+    wh.write("bench_items", [{"benchmark": "eyt", "item_id": "i3", "source_row": 0, "prompts": "{}",
+                              "hidden": "{}", "meta": json.dumps({"persona_source": "personamem"}),
+                              "run_id": None}])
+    eps = [("eC1", "i1", 1.0), ("eC2", "i1", 1.0), ("eC3", "i2", 0.0), ("eC4", "i3", None)]
+    wh.write("episodes", [{"episode_id": e, "benchmark": "eyt", "item_id": i, "condition": "drift",
+                           "target": "C", "user_policy": "persona_sim", "status": "completed",
+                           "termination": "turn_cap", "n_turns": 4, "run_id": "r"}
+                          for e, i, _ in eps])
+    wh.write("verdicts", [{"judgment_set_id": "fin", "episode_id": e, "position": 3,
+                           "measure": "final_complete", "kind": "eyt_final", "model_turn": 2,
+                           "value": f, "label": None,
+                           "reason": None if f is not None else "api_error: down"}
+                          for e, _, f in eps])
+    ficr = {r["persona_source"]: r for r in wh.query("SELECT * FROM eyt_ficr WHERE target = 'C'")}
+    assert {s: (r["n_episodes"], r["n_scored"], r["ficr"]) for s, r in ficr.items()} == {
+        "sample": (2, 2, 1.0), "nemotron": (1, 1, 0.0), "personamem": (1, 0, None),
+        "all": (4, 3, pytest.approx(2 / 3))}
+
+
 @pytest.mark.parametrize("curve, alpha, expected", [
     # plateau = mean of the last ceil(4/2) = 2 turns = 0.9; floor 0.8; in band from turn 3
     ([(1, 0.4), (2, 0.7), (3, 0.8), (4, 1.0)], 0.1, (0.9, 3, True)),

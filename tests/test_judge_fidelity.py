@@ -236,6 +236,24 @@ def test_judging_report_stats_on_hand_built_data(tmp_path):
                    "n_reasoning_exhausted": 0, "n_content_blocked": 1}]
 
 
+def test_reasoning_stat_of_a_run_that_called_nothing_names_the_earlier_requests(tmp_path):
+    # A warm rerun: its stages were skipped, so no llm_calls row is this run's, while the cost
+    # section counts the 2 requests of run r1 (a cache hit is not a request).
+    from warehouse import Warehouse
+
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    row = {"cache_hit": False, "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.0,
+           "latency_s": 0.1, "attempts": 1, "reasoning_tokens": None, "error": None,
+           "run_id": "r1", "role": "targets", "model": "t"}
+    wh.write("llm_calls", [{**row, "call_hash": "h1"}, {**row, "call_hash": "h2"},
+                           {**row, "call_hash": "h3", "cache_hit": True}])
+    [st] = [s for s in rj.stats(rj.load(wh, run_id="r2")) if s.key == "reasoning_calls"]
+    assert st.table is None and "no model calls recorded" not in st.note
+    assert st.note == ("Not computed: this run made no model call (its stages reused the rows "
+                       "stored by earlier runs); the 2 requests of earlier runs are in the cost "
+                       "section.")
+
+
 def test_judging_report_stats_on_an_empty_warehouse(tmp_path):
     from warehouse import Warehouse
 

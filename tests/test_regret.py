@@ -435,6 +435,20 @@ def test_the_judge_sends_the_responders_request_and_scores_turns():
     assert last["r_ref_expected"].value == pytest.approx(0.8)
 
 
+def test_r_ref_is_the_planners_reward_on_the_items_own_hidden_intent():
+    # On the vague Dune graph the planner's reward differs by hidden intent (worked by hand
+    # in test_user_behaviours_and_r_ref_by_hand): 0.7, -0.4, -0.2, mean 0.1 / 3. The item's
+    # r_ref is its own intent's value; only r_ref_expected is the graph's mean. (A judge
+    # storing the mean as r_ref passes the cooperative case above, where all three are 0.8.)
+    j = regret_judge.JUDGE
+    for hidden, own in ((0, 0.7), (1, -0.4), (2, -0.2)):
+        item = _item("vague", hidden=hidden)
+        last = {m.measure: m for m in j.verdicts(_view(item, "Frank Herbert", is_last=True,
+                                                       position=3), None)}
+        assert last["r_ref"].value == pytest.approx(own), hidden
+        assert last["r_ref_expected"].value == pytest.approx(0.1 / 3), hidden
+
+
 def test_the_planner_seat_replays_its_questions_from_the_transcript():
     seat = planner_mod.Planner()
     item = _item("vague", hidden=1)  # planner: year ("1984 or 1965"), medium (vague), guess
@@ -647,6 +661,93 @@ def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
     assert "No figure: no target has a scored episode yet" in md and "```" not in md
 
 
+def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons(tmp_path):
+    from tasks.benchmarks.regret import report as sec
+    from tasks.report.episodes import coverage_md, failed_targets_md
+
+    wh = _populated(tmp_path)
+    wh.write("episodes", [{"episode_id": f"F{k}", "benchmark": "regret", "item_id": "A",
+                           "condition": "converse", "target": "down", "user_policy": "responder",
+                           "status": "simulator_error", "termination": "error",
+                           "error": "api_error: connection refused", "n_turns": 1, "run_id": "r"}
+                          for k in range(6)])
+    md = sec.section(wh, load_spec("regret"))
+    assert ("| down | all | all | 0 / 6 (failed: simulator_error (api_error) x 6) | n/a | n/a |"
+            in md)
+    cov = coverage_md(wh, "regret")
+    assert "| down | converse | 6 | 0 | 6 |" in cov and "simulator_error (api_error) x 6 |" in cov
+    # m's failed E6 is named beside m's completed ones; only "down" has no completed episode.
+    assert "target_error x 1" in cov and "ended_not_asking" in cov and "n_answered" not in cov
+    lines = failed_targets_md(wh, "regret")
+    assert len([x for x in lines if x.startswith("- **")]) == 1
+    assert "- **down**: 0 of 6 episodes completed (simulator_error (api_error) x 6)" in lines[-1]
+
+
+def test_the_act_judge_is_checked_against_the_planners_known_acts(tmp_path):
+    # The planner's episodes on item A: P1 asks (its template) and answers, both read right;
+    # P2 asks, read right, then answers "Lynch", read as a refusal; P3 answers at once, read as
+    # a clarifying question. 3 of 5 turns agree (60.0 %); the planner's one row (cooperative,
+    # QA) rests on 2 episodes with a disagreement. The planner's regret rows are not changed.
+    from tasks.benchmarks.regret import report as sec
+
+    wh = _populated(tmp_path)
+    q = "Which medium do you mean: novel or film?"
+    eps = {"P1": [(q, "clarifying_question"), ("Lynch", "direct_answer")],
+           "P2": [(q, "clarifying_question"), ("Lynch", "refusal")],
+           "P3": [("Lynch", "clarifying_question")]}
+    wh.write("episodes", [{"episode_id": e, "benchmark": "regret", "item_id": "A",
+                           "condition": "converse", "target": "planner", "user_policy": "responder",
+                           "status": "completed", "termination": "answered", "n_turns": 2 * len(ts),
+                           "run_id": "r"} for e, ts in eps.items()])
+    wh.write("episode_turns", [{"episode_id": e, "position": pos, "role": role, "model_turn": k + 1,
+                                "content": text}
+                               for e, ts in eps.items() for k, (content, _) in enumerate(ts)
+                               for pos, role, text in ((2 * k, "user", "u"),
+                                                       (2 * k + 1, "assistant", content))])
+    wh.write("verdicts", [{"judgment_set_id": "act", "episode_id": e, "position": 2 * k + 1,
+                           "measure": "act", "kind": "act", "model_turn": k + 1,
+                           "value": act.ACT_CODES[a], "label": a, "reason": None}
+                          for e, ts in eps.items() for k, (_, a) in enumerate(ts)])
+    md = sec.section(wh, load_spec("regret"))
+    assert "it agrees on 3 of 5 planner turns (60.0%)" in md
+    assert "Disagreements: answers read as clarifying_question 1; answers read as refusal 1." in md
+    assert "| planner (*judge disagreed* in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    # Without a planner seat there is nothing to check: no line.
+    (tmp_path / "x").mkdir()
+    assert "known acts" not in sec.section(_populated(tmp_path / "x"), load_spec("regret"))
+
+
+def test_run_exits_1_when_every_episode_of_a_target_failed(tmp_path):
+    import typer
+
+    from flows.cli.run import _exit_if_a_target_failed
+    from tasks.config import load_config
+
+    cfg = yaml.safe_load((ROOT / "configs" / "regret.yaml").read_text())
+    cfg["home"] = str(tmp_path / "home")
+    (tmp_path / "regret.yaml").write_text(yaml.safe_dump(cfg))
+    config = load_config(tmp_path / "regret.yaml")
+    wh = Warehouse(config.home_path / "warehouse.duckdb").init()
+    summary = {"home": str(config.home_path)}
+
+    def episode(eid, target, status):
+        return {"episode_id": eid, "benchmark": "regret", "item_id": "A", "condition": "converse",
+                "target": target, "user_policy": "responder", "status": status,
+                "termination": "error" if status != "completed" else "answered",
+                "error": None if status == "completed" else "api_error: down", "n_turns": 1,
+                "run_id": "r"}
+
+    # "gone" is no seat of this config: an earlier run's target does not fail this one.
+    wh.write("episodes", [episode("a", "smollm2-135m", "completed"),
+                          episode("b", "planner", "simulator_error"),
+                          episode("c", "gone", "simulator_error")])
+    with pytest.raises(typer.Exit) as e:
+        _exit_if_a_target_failed(config, summary)
+    assert e.value.exit_code == 1
+    wh.write("episodes", [episode("d", "planner", "completed")])
+    _exit_if_a_target_failed(config, summary)  # one completed episode: the run stands
+
+
 # --------------------------------------------------------------------------- end to end
 
 def _fenced(text: str, label: str) -> str:
@@ -747,6 +848,9 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
     text = md.read_text()
     assert "## Clarification as a policy: regret against the reference planner" in text
     assert "| planner | cooperative | OpenDomainQA | 3 / 3 | 100.0% | 2.00 |" in text
+    # The planner's turns: 2 in each cooperative episode, 8 in the vague ones; the scripted
+    # act judge reads each right.
+    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "*judge disagreed*" not in text
     assert "facet_mapper: openai/local-smollm2" in text
 
     before = llm_server.counts["total"]

@@ -109,6 +109,16 @@ def test_nc_moves_are_rendered_without_the_intent():
     ("“Okay then.”", "Okay then."),
     ('"Fine" is not an answer, "please"', '"Fine" is not an answer, "please"'),
     ("'Tis fine, isn't it'", "'Tis fine, isn't it'"),
+    # fence marker lines copied from the prompt: exact, or near (a bracket short, a cut
+    # token, an ellipsis), alone on their line or before the turn's text
+    ("<<<BEGIN YOUR TURN T0123456789ABCDEF01234>>>\nFine.\n<<<END YOUR TURN T0123456789ABCDEF01234>>>",
+     "Fine."),
+    ("<<<END ASSISTANT TURN TCE0BF…>>\nWhy not?", "Why not?"),
+    ("<<<END ASSISTANT TURN TCE0BF12>> Why not?", "Why not?"),
+    ("<<END ASSISTANT TURN>\nWhy not?\n<<<END YOUR TURN T9F", "Why not?"),
+    # not a marker: inside the text, or no token and no closing bracket
+    ("Not <<<END ASSISTANT TURN T12>>> this.", "Not <<<END ASSISTANT TURN T12>>> this."),
+    ("<<END of story, I said>> fine", "<<END of story, I said>> fine"),
 ])
 def test_clean_user_turn(raw, clean):
     assert clean_user_turn(raw) == clean

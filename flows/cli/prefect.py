@@ -1,4 +1,4 @@
-"""``carryon server up|down|status|add-worker|stop-worker`` and ``carryon merge``.
+"""``carryon server up|down|status|why|add-worker|stop-worker`` and ``carryon merge``.
 
 Registered in flows/cli/__init__.py (``app.add_typer(server_app, name="server")`` and
 ``app.command("merge")(merge)``); without the console script: ``python -m flows.cli server
@@ -89,6 +89,47 @@ def server_down(home: Optional[str] = HomeOpt):
     from tasks.ops import prefect_server
 
     typer.echo("stopped" if prefect_server.down(_home(home)) else "not running")
+
+
+@server_app.command("why")
+def server_why(flow_run: Optional[str] = typer.Argument(
+        None, help="A flow run's id; default: the latest failed or crashed carryon run.")):
+    """The one-line reason a deployment run failed (`prefect deployment run --watch` prints
+    only the state's name): the failed state's message, from the server at PREFECT_API_URL."""
+    import asyncio
+
+    line = asyncio.run(failed_run_reason(flow_run))
+    if line is None:
+        _fail("no failed or crashed carryon flow run on this Prefect server", code=1)
+    typer.echo(line)
+
+
+async def failed_run_reason(flow_run: str | None) -> str | None:
+    """"<run name> (<state>): <message>" of the flow run, or of the latest failed carryon run."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async with get_client() as client:
+        if flow_run:
+            runs = [await client.read_flow_run(UUID(flow_run))]
+        else:
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["carryon"])),
+                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+                    any_=[StateType.FAILED, StateType.CRASHED]))),
+                sort=FlowRunSort.START_TIME_DESC, limit=1)
+    if not runs or runs[0].state is None:
+        return None
+    state = runs[0].state
+    # Prefect prefixes the exception's own one line; the rest of the traceback is in the logs.
+    message = " ".join((state.message or "no message").split())
+    message = message.removeprefix("Flow run encountered an exception: ")
+    return f"{runs[0].name} ({state.name}): {message}"
 
 
 @server_app.command("status")

@@ -96,6 +96,26 @@ def run(config: str = ConfigOpt,
     if summary.get("remembered_failures"):
         typer.echo("calls whose earlier deterministic failure was remembered, not sent again "
                    f"(--retry-failed sends them): {summary['remembered_failures']}", err=True)
+    if "episodes" in summary.get("stages", {}):
+        _exit_if_a_target_failed(cfg, summary)
+
+
+def _exit_if_a_target_failed(cfg, summary: dict) -> None:
+    """Exit 1 when a target of this config has episodes and none of them completed: the run
+    finished and its report shows that target with its counts, but a run with a target that
+    produced nothing is not a success (the other targets' numbers stand)."""
+    from tasks.engine.episode import run_seats
+    from tasks.report.sections import failed_targets
+    from warehouse import Warehouse
+
+    seats = {t.name for t in run_seats(cfg)}
+    failed = [r for r in failed_targets(Warehouse(Path(summary["home"]) / "warehouse.duckdb"),
+                                        cfg.spec.name) if r["target"] in seats]
+    for r in failed:
+        typer.echo(f"error: target {r['target']}: none of its {r['n_episodes']} episodes "
+                   f"completed ({r['reasons']}); the report shows it with these counts", err=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 class _NoTracebackFor:

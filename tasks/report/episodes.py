@@ -18,6 +18,7 @@ from pathlib import Path
 from tasks.engine import registry
 from tasks.report.folder import atomic_folder
 from tasks.report.md_common import md_table, run_line
+from tasks.report.sections import failed_target_lines, failure_reasons
 from tasks.roles import report_roles
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,35 @@ def _models(cfg) -> list[str]:
     return lines
 
 
+COVERAGE_NOTE = (
+    "How episodes ended: `turn_cap` (the target's turn limit), `ended_not_asking` (the user "
+    "policy stopped because the target's turn was not a clarifying question: a direct answer, "
+    "a hedge or a refusal; whether that counts as *answered* is each section's own word, "
+    "defined at the top of its views.sql), `user_stop`, `single_turn`; `failures`: the "
+    "failed episodes' status (error kind) and count.")
+
+
 def coverage_md(wh, benchmark: str) -> str:
+    # episode_coverage.n_answered is the engine's termination 'answered'; it is shown under a
+    # name that does not claim the episode answered (a refusal ends it too).
     df = wh.df("SELECT target, condition, n_episodes, n_completed, n_failed, n_turn_cap, "
-               "n_answered, n_user_stop, n_single_turn FROM episode_coverage "
+               "n_answered AS n_ended_not_asking, n_user_stop, n_single_turn FROM episode_coverage "
                "WHERE benchmark = ? ORDER BY target, condition", [benchmark])
     if df.empty:
         return "Not computed: no episodes stored for this benchmark yet."
-    return md_table(df)
+    reasons = failure_reasons(wh, benchmark)
+    df["failures"] = [reasons.get((t, c), "") for t, c in zip(df["target"], df["condition"])]
+    return COVERAGE_NOTE + "\n\n" + md_table(df)
+
+
+def failed_targets_md(wh, benchmark: str) -> list[str]:
+    """Lines naming the targets none of whose episodes completed (empty when none)."""
+    lines = failed_target_lines(wh, benchmark)
+    if not lines:
+        return []
+    return ["", "**Targets with no completed episode** (absent from the metric tables below, "
+            "which read completed episodes; `carryon run` exits 1 when one is a target of its "
+            "config):", "", *lines]
 
 
 def section_md(wh, spec, name: str) -> tuple[str, str]:
@@ -60,7 +83,8 @@ def render(cfg, wh, run: dict) -> str:
     out += [f"- `{c.name}`: {c.description or c.prompt} (user: {c.user}, at most "
             f"{c.max_turns} target turn{'s' if c.max_turns != 1 else ''})" for c in spec.conditions]
     out += ["", "## Episodes", "", "Only completed episodes are scored; failed ones are counted "
-            "here and left out of every metric.", "", coverage_md(wh, spec.name), ""]
+            "here and left out of every metric.", "", coverage_md(wh, spec.name),
+            *failed_targets_md(wh, spec.name), ""]
     for name in spec.report:
         title, body = section_md(wh, spec, name)
         out += [f"## {title}", "", body.strip(), ""]

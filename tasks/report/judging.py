@@ -62,6 +62,10 @@ def load(wh, run_id: str | None = None) -> dict:
         "  count(*) FILTER (WHERE error LIKE 'reasoning_exhausted:%') AS n_reasoning_exhausted, "
         "  count(*) FILTER (WHERE error LIKE 'content_blocked:%') AS n_content_blocked "
         f"FROM llm_calls {where} GROUP BY role, model ORDER BY role, model", params)
+    # What the warehouse holds beyond this run: the cost section counts every run's requests,
+    # so an empty table here must say it is about this run only.
+    out["requests_all_runs"] = wh.query(
+        "SELECT count(*) AS n FROM llm_calls WHERE NOT cache_hit")[0]["n"] if run_id else None
     return out
 
 
@@ -118,10 +122,15 @@ def blocked_stat(df: pd.DataFrame) -> Stat:
     return Stat(title, tab.reset_index(drop=True), note, key="blocked_turns")
 
 
-def reasoning_stat(df: pd.DataFrame) -> Stat:
+def reasoning_stat(df: pd.DataFrame, requests_all_runs: int | None = None) -> Stat:
     title = "Reasoning tokens and answers lost to reasoning or blocked, per role and model"
     if df is None or df.empty:
-        return Stat(title, None, "Not computed: no model calls recorded.", key="reasoning_calls")
+        why = "Not computed: no model calls recorded."
+        if requests_all_runs:  # a rerun whose stages were all unchanged: nothing was called
+            why = (f"Not computed: this run made no model call (its stages reused the rows "
+                   f"stored by earlier runs); the {requests_all_runs} requests of earlier runs "
+                   "are in the cost section.")
+        return Stat(title, None, why, key="reasoning_calls")
     note = ("reasoning_exhausted: the answer came back empty because the token budget went to "
             "reasoning (raise max_tokens or lower the reasoning control). Reasoning tokens are "
             "those the provider reported.")
@@ -131,4 +140,5 @@ def reasoning_stat(df: pd.DataFrame) -> Stat:
 def stats(extra: dict) -> list[Stat]:
     """The section's Stats from ``load``'s dict (missing parts give "Not computed" Stats)."""
     return [coverage_stat(extra.get("coverage")), evidence_stat(extra.get("evidence")),
-            blocked_stat(extra.get("blocked")), reasoning_stat(extra.get("reasoning"))]
+            blocked_stat(extra.get("blocked")),
+            reasoning_stat(extra.get("reasoning"), extra.get("requests_all_runs"))]

@@ -115,14 +115,27 @@ class PolicyEnv:
 _LABEL = re.compile(r"^\s*(\[?\s*(you \(the user\)|user|you)\s*\]?\s*:?)\s*\n?", re.I)
 
 
-# A marker line of a fenced block (prompts.fenced) that a simulator copied from its prompt.
-_MARKER_LINE = re.compile(r"^[ \t]*<<<(?:BEGIN|END) [^\n]*>>>[ \t]*$\n?", re.M)
+# A marker line of a fenced block (prompts.fenced: "<<<BEGIN LABEL T0123...>>>") that a
+# simulator copied from its prompt, exactly or nearly: a bracket more or less, the token cut
+# short or ended with an ellipsis, or no token. At the start of a line, followed by the end of
+# the line or by the turn's own text. The label is capitals, spaces, underscores and
+# parentheses ("USER TURN (you)"); a near copy must still end in a token or a ">" so that
+# ordinary text starting with "<<END" is not taken for one.
+_MARKER_LINE = re.compile(r"^[ \t]*<<<(?:BEGIN|END) [^\n]*>>>[ \t]*$\n?", re.M)  # exact
+_MARKER = re.compile(
+    r"^[ \t]*<{2,4}[ \t]*(?:BEGIN|END)[ \t]+[A-Z][A-Za-z0-9_ ()-]*?"
+    r"(?:[ \t]+T[0-9A-F]{2,}(?:…|\.{2,3})?[ \t]*>{0,4}|[ \t]*>{1,4})[ \t]*(?:\n|$)?", re.M)
+
+
+def drop_fence_lines(text: str) -> str:
+    """``text`` without the fence marker lines (exact or near copies) a simulator echoed."""
+    return _MARKER.sub("", _MARKER_LINE.sub("", text)).strip()
 
 
 def clean_user_turn(text: str) -> str:
     """Drop a speaker label, wrapping quotes or fence marker lines a simulator sometimes
     copies despite the rules; nothing else is changed."""
-    t = _MARKER_LINE.sub("", text).strip()
+    t = drop_fence_lines(text)
     m = _LABEL.match(t)
     if m and m.group(1).strip().endswith((":", "]")):
         t = t[m.end():].strip()

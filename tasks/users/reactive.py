@@ -26,7 +26,7 @@ from tasks.judges import act as act_judge
 from tasks.judges.base import TurnView
 from tasks.engine.registry import user_policy
 from tasks.untrusted import cap_turn
-from tasks.users.base import ANSWERED, Stop, UserTurn
+from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
 
 TEMPLATE = "user/reactive.j2"
 ACT_ROLE = "act_judge"
@@ -102,7 +102,7 @@ class Reactive:
         spec = env.spec(SIM_ROLE)
         sim = await env.gateway.chat(spec, SIM_ROLE, self.reply_messages(state),
                                      sample_key=env.sample_key(spec, "user", state.transcript))
-        content = (sim.content or "").strip() if sim.ok else ""
+        content = drop_fence_lines(sim.content or "") if sim.ok else ""
         if not sim.ok or not content:
             return UserTurn(None, sim.call_hash,
                             error=_error(sim, "user simulator") if not sim.ok

@@ -13,7 +13,9 @@ from tasks.report.sections import md_table, number, section_views
 TITLE = "Clarify or answer: asking when a question is ambiguous"
 
 PATHS = (
-    ("answered_directly", "answered without asking"),
+    # The path holds every first act that is not a question (C6): refusals and hedges too,
+    # so it is not called "answered" (C3's word for direct answers and hedges only).
+    ("answered_directly", "did not ask first (answered, hedged or refused)"),
     ("after_asking", "after asking"),
     ("after_on_target", "after an on-target question"),
     ("disambiguated", "disambiguated question"),

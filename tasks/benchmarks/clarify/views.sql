@@ -3,6 +3,15 @@
 -- clarify for the built-in spec, so clarify_summary, clarify_rates, ...)
 -- (views_engine.sql: episode_verdicts keeps completed episodes and the selected verdict sets).
 --
+-- Words, one meaning each in every view below and in the report section (section.py):
+--   completed: an episode whose status is 'completed' (failed ones are counted in the
+--              report's Episodes table and left out here);
+--   asked:     the first act is clarifying_question;
+--   answered:  the first act is direct_answer or hedge (answer_without_asking_rate);
+--   refused:   the first act is refusal (refusal_rate): neither asked nor answered;
+--   did not ask first: answered or refused (the accuracy path 'answered_directly', C6);
+--   unscored:  the act verdict failed: left out and counted.
+--
 -- C1. An item is ambiguous when its meta says "ambiguous": true (the loader's req_clari).
 -- C2. The *first act* of an episode is the act judge's label of its first assistant turn
 --     (model_turn 1). An unscored act (NULL label) leaves the episode out of the rates and

@@ -16,7 +16,7 @@ from html import escape
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.engine.registry import section
-from tasks.report.sections import md_table, number, section_views
+from tasks.report.sections import md_table, number, section_views, view_prefix
 
 TITLE = "ClarifyMT: when to ask and when to answer, with personas"
 MODES = (("live", "live (the persona user replies)"), ("static", "static prefix (stored dialogue)"))
@@ -145,7 +145,34 @@ def _simple(rows: list[dict], cols: list[tuple], why: str) -> list[str]:
     return md_table([c[0] for c in cols], [[c[1](r) for c in cols] for r in rows])
 
 
-def render(views: dict, min_n: int) -> str:
+def why_empty(counts: dict) -> dict[str, str]:
+    """The actual reason each judge's table is empty, from what was played and judged
+    (``counts``: act turns by prediction, user replies, the judge kinds with a verdict set):
+    a table is empty because there was nothing to judge, or because the judge never ran,
+    and the report says which instead of guessing at the config."""
+    acts = (f"{counts['n_act_turns']} act turns: {counts['n_ask']} asked, {counts['n_answer']} "
+            f"answered, {counts['n_refusal']} refused, {counts['n_unscored']} unscored")
+    kinds = counts["kinds"]
+
+    def judged(kind: str, role: str, nothing: bool, what: str) -> str:
+        if nothing:
+            return what
+        if kind not in kinds:
+            return f"the {role} has no verdict set (not configured, or the verdicts stage has not run)"
+        return f"the {role}'s verdict set has no verdict on these turns"
+
+    return {
+        "slots": judged("clarifymt_slots", "slot judge", counts["n_ambiguous_answer"] == 0,
+                        f"no answer turn of an ambiguous item to read slots from ({acts})"),
+        "quality": judged("clarifymt_question", "question judge", counts["n_ask"] == 0,
+                          f"no act turn asked a clarifying question ({acts})"),
+        "fidelity": judged("clarifymt_persona_check", "move checker", counts["n_replies"] == 0,
+                           "the persona user replied to no question, so there was no reply to check"),
+    }
+
+
+def render(views: dict, min_n: int, counts: dict | None = None) -> str:
+    why = why_empty(counts) if counts else {}
     lines = ["Each act of the target is read by the act judge (ask = clarifying question; "
              "answer = direct answer or hedge; a refusal is neither) and compared with the "
              "item's gold act at that depth. Live: every turn of the persona dialogue; static "
@@ -164,14 +191,14 @@ def render(views: dict, min_n: int) -> str:
         ("slot recall", lambda r: cell(r["slot_recall"], r["n_scored"], min_n)),
         ("all slots", lambda r: cell(r["all_slots_rate"], r["n_scored"], min_n)),
         ("unscored", lambda r: str(r["n_unscored"]))],
-        "no answer turn of an ambiguous item has a slot verdict (is slot_judge configured?)")
+        why.get("slots", "no answer turn of an ambiguous item"))
     lines += ["", "Turns to answer (live):", ""]
     lines += _simple(views["tta"], [
         ("target", lambda r: r["target"]), ("persona", lambda r: r["persona"]),
         ("episodes", lambda r: str(r["n_episodes"])),
         ("mean turns to answer", lambda r: cell(r["turns_to_answer"], r["n_answered"], min_n,
                                                 pct=False)),
-        ("never answered", lambda r: str(r["n_no_answer"])),
+        ("never answered (turn cap or refused)", lambda r: str(r["n_no_answer"])),
         ("acts unscored", lambda r: str(r["n_act_unscored"]))], "no live episode yet")
     lines += ["", "Question quality (1-5, question judge, on turns that ask):", ""]
     lines += _simple(views["quality"], [
@@ -180,14 +207,14 @@ def render(views: dict, min_n: int) -> str:
         ("quality", lambda r: cell(r["quality"], r["n_rated"], min_n, pct=False)),
         ("not a question (judge)", lambda r: str(r["n_not_question"])),
         ("unscored", lambda r: str(r["n_unscored"]))],
-        "no turn that asks has a quality verdict (is question_judge configured?)")
+        why.get("quality", "no act turn asked a clarifying question"))
     lines += ["", "Persona fidelity of the simulated user (move checker):", ""]
     lines += _simple(views["fidelity"], [
         ("target", lambda r: r["target"]), ("persona", lambda r: r["persona"]),
         ("realises the persona", lambda r: cell(r["realises_rate"], r["n_checked"], min_n)),
         ("leaks unasked", lambda r: cell(r["leak_rate"], r["n_checked"], min_n)),
         ("passes", lambda r: cell(r["pass_rate"], r["n_checked"], min_n))],
-        "no simulated reply was checked (is move_checker configured?)")
+        why.get("fidelity", "no simulated reply was checked"))
     return "\n".join(lines)
 
 
@@ -207,4 +234,23 @@ class ClarifyMTSection:
             "quality": "question_quality ORDER BY mode, target, persona",
             "fidelity": "persona_fidelity ORDER BY target, persona"},
             needs=("summary",), nothing="no completed ClarifyMT episode has act verdicts yet")
-        return views if isinstance(views, str) else render(views, self.min_n)
+        return views if isinstance(views, str) else render(views, self.min_n, _counts(wh, spec))
+
+
+def _counts(wh, spec) -> dict:
+    """What why_empty reads: act turns by prediction (M3), ambiguous answer turns, the live
+    persona user's replies, and the judge kinds that have a verdict set."""
+    p = view_prefix(spec, "clarifymt")
+    [c] = wh.query(
+        f"SELECT count(*) AS n_act_turns, count(*) FILTER (WHERE pred = 'ask') AS n_ask, "
+        f"count(*) FILTER (WHERE pred = 'answer') AS n_answer, "
+        f"count(*) FILTER (WHERE pred = 'refusal') AS n_refusal, "
+        f"count(*) FILTER (WHERE pred IS NULL) AS n_unscored, "
+        f"count(*) FILTER (WHERE pred = 'answer' AND ambiguous) AS n_ambiguous_answer "
+        f"FROM {p}_turns")
+    # A reply is a user turn after the opening one (position 0) in a completed live episode.
+    [r] = wh.query(f"SELECT count(*) AS n FROM episode_turns WHERE role = 'user' AND position > 0 "
+                   f"AND episode_id IN (SELECT episode_id FROM {p}_turns WHERE mode = 'live')")
+    kinds = {x["kind"] for x in wh.query("SELECT kind FROM selected_verdict_sets WHERE benchmark = ?",
+                                         [spec.name])}
+    return {**c, "n_replies": r["n"], "kinds": kinds}

@@ -1,6 +1,17 @@
 -- ClarifyMT-style persona-driven clarification: metric views over the episode engine's views,
 -- for the benchmark {{benchmark}} under the name prefix {{prefix}} (clarifymt_turns, ...).
 --
+-- Words, one meaning each in every view below and in the report section (section.py):
+--   completed: an episode whose status is 'completed' (failed episodes are counted in the
+--              report's Episodes table and left out of every view here);
+--   asked:     an act turn the act judge labels clarifying_question (pred 'ask');
+--   answered:  an act turn labelled direct_answer or hedge (pred 'answer'); an episode
+--              answered when it has such a turn (M8);
+--   refused:   an act turn labelled refusal (pred 'refusal'): neither asked nor answered;
+--   unscored:  an act turn whose act verdict failed (pred NULL): left out and counted.
+-- The engine's termination 'answered' (the user policy stopped because the turn did not
+-- ask) is not this word: it covers refusals too, and the report calls it "ended: did not ask".
+--
 -- M1. Modes: a condition opening with the item's prompt "query" is live (the persona user
 --     answers until the target answers or the turn cap); one opening with "static" replays a
 --     stored prefix (bench_conditions.prompt, never the condition's name).

@@ -1,6 +1,13 @@
 -- Personas and intent drift (EYT-style): metric views over the episode engine's views, for
 -- the benchmark {{benchmark}} under the name prefix {{prefix}} (eyt for the built-in spec).
 --
+-- Words, one meaning each in every view below and in the report section (report.py):
+--   completed: an episode whose status is 'completed' (failed ones are counted in the
+--              report's Episodes table and left out here); distinct from
+--   final-intent complete: the eyt_final judge's final_complete = 1 on the last turn (Y4);
+--   unscored:  a verdict whose value is NULL (a failed call): left out and counted.
+-- EYT has no asked / answered / refused reading: its turns are not classified by act.
+--
 -- Y1. A turn is an assistant turn of a completed episode (episode_verdicts: the selected
 --     verdict set of each judge kind). An unscored verdict (value NULL) is left out of every
 --     mean and counted, never a zero.

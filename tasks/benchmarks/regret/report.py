@@ -9,7 +9,7 @@ drawn on empty data, a sentence says why instead."""
 from __future__ import annotations
 
 from tasks.engine.registry import section as register_section
-from tasks.report.sections import md_table, read_views, view_prefix
+from tasks.report.sections import failed_targets, md_table, read_views, view_prefix
 
 TITLE = "Clarification as a policy: regret against the reference planner"
 WIDTH, HEIGHT = 41, 11  # the scatter's grid: turns across, success up
@@ -45,6 +45,48 @@ def scatter(points: list[tuple[str, float, float]], max_turns: float) -> list[st
             "- `*`: two or more targets at the same place."]
 
 
+# The reference planner's seat (a policy without a model, so the seat takes the policy's
+# name) and the shape of its questions (cig.question_text); every other turn of it is an
+# answer (cig.answer_text). Its acts are therefore known without a judge.
+PLANNER = "planner"
+PLANNER_QUESTION = r"^Which .+ do you mean: .+\?$"
+
+
+def planner_agreement(wh, prefix: str) -> list[dict]:
+    """Per planner turn the act judge labelled: the known act and the judge's label, with
+    its episode, behaviour and domain (the regret row it feeds)."""
+    return wh.query(
+        f"SELECT t.episode_id, t.behaviour, t.domain, t.act, "
+        f"  CASE WHEN regexp_matches(et.content, ?) THEN 'clarifying_question' "
+        f"       ELSE 'direct_answer' END AS known "
+        f"FROM {prefix}_turns t JOIN episode_turns et USING (episode_id, position) "
+        f"WHERE t.target = ? AND t.act IS NOT NULL", [PLANNER_QUESTION, PLANNER])
+
+
+def agreement_lines(rows: list[dict]) -> tuple[list[str], dict]:
+    """The judge-agreement paragraph and {(behaviour, domain): episodes with a disagreement}."""
+    if not rows:
+        return [], {}
+    wrong = [r for r in rows if r["act"] != r["known"]]
+    kinds: dict[str, int] = {}
+    for r in wrong:
+        key = f"{'questions' if r['known'] == 'clarifying_question' else 'answers'} read as {r['act']}"
+        kinds[key] = kinds.get(key, 0) + 1
+    flagged: dict[tuple, set] = {}
+    for r in wrong:
+        flagged.setdefault((r["behaviour"], r["domain"]), set()).add(r["episode_id"])
+    line = (f"**Act judge against the reference planner's known acts:** it agrees on "
+            f"{len(rows) - len(wrong)} of {len(rows)} planner turns "
+            f"({100 * (len(rows) - len(wrong)) / len(rows):.1f}%). The planner's acts are known "
+            "(its questions are its own template, every other turn an answer), so each "
+            "disagreement is the judge's error, and the regret of every target rests on the "
+            "same judge.")
+    if wrong:
+        line += " Disagreements: " + "; ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + \
+            ". Planner rows marked *judge disagreed* rest on those episodes."
+    return ["", line], {k: len(v) for k, v in flagged.items()}
+
+
 @register_section("regret", title=TITLE)
 def section(wh, spec) -> str:
     p = view_prefix(spec, "regret")
@@ -54,7 +96,8 @@ def section(wh, spec) -> str:
     if isinstance(views, str):
         return views
     summary, targets = views["summary"], views["targets"]
-    if not summary:
+    failed = failed_targets(wh, spec.name)
+    if not summary and not failed:
         return ("Not computed: no completed episode of this benchmark yet (run the episodes "
                 "and verdicts stages).")
     lines = ["R = U*correct - c*turns - lambda*ineffective questions; R_ref is the reference "
@@ -63,14 +106,25 @@ def section(wh, spec) -> str:
              "intents were consistent; too late: asked after at most one was. Episodes with an "
              "unscored verdict are left out and counted (rules G1-G8 in the views.sql beside "
              "the spec).", ""]
+    agreement, flagged = agreement_lines(planner_agreement(wh, p))
+
+    def who(r) -> str:
+        n = flagged.get((r["behaviour"], r["domain"])) if r["target"] == PLANNER else None
+        return f"{r['target']} (*judge disagreed* in {n} episode{'s' if n != 1 else ''})" if n \
+            else r["target"]
+
     lines += md_table(
         ["target", "behaviour", "domain", "scored / episodes", "success", "turns", "tokens",
          "ineffective", "R", "R_ref", "regret", "too early", "too late"],
-        [[r["target"], r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
+        [[who(r), r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
           _pct(r["success"]), _num(r["turns"]), _num(r["tokens"], False),
           _pct(r["ineffective_rate"]), _num(r["reward"], True), _num(r["r_ref"], True),
           _num(r["regret"], True), _pct(r["too_early_rate"]), _pct(r["too_late_rate"])]
-         for r in summary])
+         for r in summary] +
+        # A target none of whose episodes completed keeps its row: its count and why.
+        [[r["target"], "all", "all", f"0 / {r['n_episodes']} (failed: {r['reasons']})"]
+         + ["n/a"] * 9 for r in failed])
+    lines += agreement
     fallback = sum(r["n_correct_by_equivalence"] for r in summary)
     if fallback:
         lines += ["", f"{fallback} answer(s) counted correct by the equivalence judge's "

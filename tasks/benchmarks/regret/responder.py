@@ -41,7 +41,7 @@ from tasks.judges.prompts import fence
 from tasks.judges.base import verdict_sample_key
 from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
                                  resolve_facet)
-from tasks.users.base import ANSWERED, Stop, UserTurn
+from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
 from tasks.users.reactive import ACT_ROLE, SIM_ROLE, read_act, turn_view
 
 TEMPLATE = "regret/reply.j2"
@@ -113,7 +113,7 @@ class Responder:
         spec = env.spec(SIM_ROLE)
         sim = await env.gateway.chat(spec, SIM_ROLE, reply_messages(state.item, turn.response, values),
                                      sample_key=env.sample_key(spec, "user", state.transcript))
-        content = (sim.content or "").strip() if sim.ok else ""
+        content = drop_fence_lines(sim.content or "") if sim.ok else ""
         if not sim.ok:
             return _failed(sim, "user simulator", act, act_hash)
         if not content:

@@ -2,6 +2,15 @@
 -- under the prefix {{prefix}} (views_engine.sql: episode_verdicts keeps completed episodes and
 -- each judge kind's latest verdict set).
 --
+-- Words, one meaning each in every view below and in the report section (report.py):
+--   completed: an episode whose status is 'completed' (failed ones are counted in the
+--              report's Episodes table, and a target with none completed is listed there);
+--   asked:     a turn the act judge labels clarifying_question (a *question*, G2);
+--   answered:  the episode's last assistant turn is any other act (direct_answer, hedge or
+--              refusal: for a policy that must commit to an intent, a refusal is an answer
+--              naming none, so it is scored by its aliases like any answer, G2, G6);
+--   unscored:  an act, facet or alias verdict that failed: the episode is left out, counted.
+--
 -- G1. An item is (graph, hidden intent, user behaviour); its hidden JSON carries the graph's
 --     intents, hidden_index and the rules (utility U, turn_cost c, ineffective_cost lambda);
 --     its meta the domain ('unspecified' when the source names none), behaviour and cig_id.

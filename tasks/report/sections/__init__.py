@@ -18,6 +18,43 @@ def view_prefix(spec, what: str) -> str:
     return spec.views.prefix
 
 
+def failure_reasons(wh, benchmark: str) -> dict[tuple[str, str], str]:
+    """{(target, condition): "simulator_error (api_error) x 6; ..."}: the failed episodes'
+    statuses and error kinds with their counts, most common first."""
+    rows = wh.query(
+        "SELECT target, condition, status || coalesce(' (' || nullif(split_part(error, ':', 1), '')"
+        " || ')', '') AS reason, count(*) AS n FROM episodes "
+        "WHERE benchmark = ? AND status <> 'completed' GROUP BY ALL ORDER BY n DESC, reason",
+        [benchmark])
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        out.setdefault((r["target"], r["condition"]), []).append(f"{r['reason']} x {r['n']}")
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
+def failed_targets(wh, benchmark: str) -> list[dict]:
+    """The targets with episodes of which none completed: {target, n_episodes, reasons}.
+    Every metric view reads completed episodes only, so without this they would vanish from
+    the tables instead of showing as failed."""
+    rows = wh.query("SELECT target, count(*) AS n_episodes FROM episodes WHERE benchmark = ? "
+                    "GROUP BY target HAVING count(*) FILTER (WHERE status = 'completed') = 0 "
+                    "ORDER BY target", [benchmark])
+    if not rows:
+        return []
+    reasons = failure_reasons(wh, benchmark)
+    for r in rows:
+        r["reasons"] = "; ".join(v for (t, _), v in sorted(reasons.items()) if t == r["target"])
+    return rows
+
+
+def failed_target_lines(wh, benchmark: str) -> list[str]:
+    """One line per target whose every episode failed, for a section to show under its
+    tables (empty when there is none)."""
+    return [f"- **{r['target']}**: 0 of {r['n_episodes']} episodes completed ({r['reasons']}); "
+            "it has no row above because every measure reads completed episodes."
+            for r in failed_targets(wh, benchmark)]
+
+
 def read_views(wh, queries: dict[str, str], what: str) -> dict[str, list[dict]] | str:
     """{name: rows} of each query, or a "Not computed: ..." line when the views cannot be
     read (a warehouse written before they existed)."""
