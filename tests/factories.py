@@ -71,3 +71,25 @@ class FakeGateway:
 def by_role(**answers: str | CallResult) -> Answer:
     """An answer function: the answer given for the call's role (a KeyError for another)."""
     return lambda call: answers[call.role]
+
+
+def rounded(obj, digits: int = 9):
+    """``obj`` (rows, dicts, lists) with every float rounded: DuckDB sums a view's floats in
+    the order the rows were stored and its threads met them, so a mean may differ in its last
+    bit between two equal warehouses. Compare numbers to ``digits`` decimals, not to the bit."""
+    if isinstance(obj, float):
+        return round(obj, digits)
+    if isinstance(obj, dict):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(rounded(v, digits) for v in obj)
+    return obj
+
+
+def target_failures_only(code: int, out: str) -> bool:
+    """A CLI run that finished: exit 0, or exit 1 where every error line is the rule that a
+    target whose episodes all failed fails the run (a weak or scripted model's junk), never a
+    crash or another error."""
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    return code == 0 or (code == 1 and bool(errors) and all(
+        " episodes completed (" in ln and ln.startswith("error: target ") for ln in errors))

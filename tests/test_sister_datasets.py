@@ -21,6 +21,7 @@ from tasks.benchmarks.eyt.personas import NEMOTRON_ORDER, PersonaArgs, Personas,
 from tasks.benchmarks.regret.loader import CigArgs, CigLoader
 from tasks.datasets.fields import DataError
 from tests.fixtures import sister_shapes as S
+from tests.factories import target_failures_only
 from tests.llm_server import default_answer
 from warehouse import Warehouse
 
@@ -231,8 +232,10 @@ def _fenced(text: str, label: str) -> str:
 def test_runs_on_published_shapes_send_whole_personas_and_no_joined_phrasing(
         prefect_harness, llm_server, tmp_path):
     def run(path):
+        # The loopback server's default answers are junk to some seats (the clarify_agent's
+        # act): a target that completed nothing fails the run after its report, by rule.
         code, out = _invoke("run", "--config", path)
-        assert code == 0, out
+        assert target_failures_only(code, out), out
 
     # EYT on Nemotron-Personas-USA: the simulator sees every field or the persona's recorded drops
     seen = _recorder(llm_server, ["targets", "user_simulator", "eyt_judge"], {
