@@ -2,7 +2,7 @@
 its user policies, its target policies, its judges, its metric views and its report sections.
 
 A config picks one with ``benchmark: <name>`` (the built-in ``tasks/benchmarks/<name>/spec.yaml``)
-or ``benchmark: path/to/spec.yaml``; unset, it is CarryOnBench. Every component a spec names,
+or ``benchmark: path/to/spec.yaml`` (unset: the config's default, tasks/config.py). Every component a spec names,
 its stages included, is found in the one registry (``tasks/engine/registry.py``): a built-in
 one by its module, a benchmark's own ones in the modules its spec lists under ``components:``.
 A component may take arguments (``{name: persona, args: {...}}``), checked when the spec
@@ -12,9 +12,8 @@ those.
 A benchmark's own metric views (``views:``, a SQL file beside its spec) take the benchmark's
 name and a view prefix as parameters; the warehouse creates them after the engine's views.
 
-CarryOnBench's spec lists its own stages (checklists, simulate, judge, report: registered in
-tasks/benchmarks/carryon/stages.py); the sister benchmarks use the episode engine's
-(episodes, verdicts, report: tasks/stages/).
+A spec lists its stages: the sister benchmarks the episode engine's (episodes, verdicts,
+report: tasks/stages/), CarryOnBench its own (registered beside its spec).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ from pydantic import ValidationError
 
 from tasks.engine import registry
 from tasks.engine.spec import (  # noqa: F401 (the spec's models, imported from here too)
-    CARRYON_STAGES, DEFAULT_STAGES, BenchmarkSpec, CarryOnConditions, ConditionSpec, ScriptSpec,
-    SpecError, ViewsSpec,
+    DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
 )
 from warehouse.store import on_init, on_views
 
@@ -37,7 +35,6 @@ from warehouse.store import on_init, on_views
 # one folder per benchmark, its spec.yaml beside its views and its own components.
 BENCHMARKS_DIR = Path(__file__).resolve().parent / "benchmarks"
 SPEC_FILE = "spec.yaml"
-DEFAULT_BENCHMARK = "carryon"
 
 
 def spec_path(name_or_path: str) -> Path:
@@ -51,7 +48,7 @@ def builtin_names() -> list[str]:
     return sorted(p.parent.name for p in BENCHMARKS_DIR.glob(f"*/{SPEC_FILE}"))
 
 
-def load_spec(name_or_path: str = DEFAULT_BENCHMARK) -> BenchmarkSpec:
+def load_spec(name_or_path: str) -> BenchmarkSpec:
     """The spec of a benchmark, validated, its components found and their arguments checked;
     SpecError names the file and the field. A spec of its own (outside the built-in folder)
     also brings its views to every warehouse this process opens from now on."""
@@ -72,6 +69,8 @@ def _load_spec(name_or_path: str) -> BenchmarkSpec:
         raise SpecError(f"{path}: cannot read the spec: {' '.join(str(e).split())[:300]}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a spec is a mapping of keys, not {type(raw).__name__}")
+    if "engine" in raw:
+        raw = _engine_stages(raw, path)
     try:
         registry.import_components(raw.get("components") or [], path.parent)
     except registry.ComponentError as e:
@@ -86,6 +85,28 @@ def _load_spec(name_or_path: str) -> BenchmarkSpec:
     spec.source_path = str(path)
     _check_components(spec, path)
     return spec
+
+
+def _engine_stages(raw: dict, path: Path) -> dict:
+    """The older ``engine:`` key as ``stages:``: ``episodes`` is the episode engine's stages,
+    a built-in benchmark's name is that benchmark's stages (with the component modules that
+    register them, resolved in that benchmark's folder)."""
+    raw = dict(raw)
+    engine = raw.pop("engine")
+    if "stages" in raw:
+        raise SpecError(f"{path}: (top level): engine: give `stages:` or `engine:`, not both")
+    if engine == "episodes":
+        return {**raw, "stages": list(DEFAULT_STAGES)}
+    if not isinstance(engine, str) or engine not in builtin_names():
+        raise SpecError(f"{path}: (top level): engine {engine!r}: choose episodes or a built-in "
+                        f"benchmark ({', '.join(builtin_names())}), or list `stages:`")
+    other = spec_path(engine)
+    theirs = yaml.safe_load(other.read_text(encoding="utf-8"))
+    try:
+        registry.import_components(theirs.get("components") or [], other.parent)
+    except registry.ComponentError as e:
+        raise SpecError(f"{other}: components: {e}") from None
+    return {**raw, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
 
 
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:
@@ -136,11 +157,6 @@ def module(package: str, name: str):
             raise SpecError(f"no module {package}.{name} "
                             f"({package.replace('.', '/')}/{name}.py)") from None
         raise
-
-
-def carryon_conditions(spec: BenchmarkSpec | None = None) -> CarryOnConditions:
-    """CarryOnBench's condition names (of the built-in spec unless one is given)."""
-    return (spec or load_spec(DEFAULT_BENCHMARK)).carryon_conditions()
 
 
 def condition_rows(spec: BenchmarkSpec) -> list[dict]:

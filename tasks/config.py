@@ -23,12 +23,18 @@ from pydantic import (
     field_validator, model_validator,
 )
 
-from tasks.bench import DEFAULT_BENCHMARK, SpecError, load_spec
+from tasks.bench import SpecError, load_spec
 from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
 from tasks.engine import registry
 from tasks.input_files import CONFIG_MAX_BYTES, InputFileError, read_input_bytes
 from tasks.untrusted import LimitsConfig
 from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
+
+# The benchmark of a config that names none: the project's own (CarryOnBench).
+DEFAULT_BENCHMARK = "carryon"
+# Keys added after the first release: at their default they are left out of the config's
+# hash, so a config written before them keeps its hash (and its run ids).
+ADDED_LATER = ("benchmark", "limits")
 
 # The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
 PAPER_EXCLUDED_CATEGORIES = [
@@ -260,13 +266,13 @@ class Config(_Strict):
 
     def config_hash(self) -> str:
         """Hash of what the user configured (never secrets: keys live in the environment).
-        Keys added with the sister benchmarks (and any role added later) are left out while
-        unset, so a CarryOnBench config keeps the hash (and the run ids) it had before."""
+        Keys added later (``ADDED_LATER``, roles added later and the newer keys below) are left
+        out while unset, so a config keeps the hash (and the run ids) it had before."""
         doc = self.model_dump(mode="json")
-        if doc.get("benchmark") == DEFAULT_BENCHMARK:
-            del doc["benchmark"]
-        if doc.get("limits") == LimitsConfig().model_dump(mode="json"):
-            del doc["limits"]  # added later: at its default, a config keeps its hash
+        for key in ADDED_LATER:
+            default = type(self).model_fields[key].get_default(call_default_factory=True)
+            if doc.get(key) == TypeAdapter(type(default)).dump_python(default, mode="json"):
+                del doc[key]
         if not doc["judging"].get("benutil_quote_choices"):
             doc["judging"].pop("benutil_quote_choices", None)  # the same, for this key
         for name in set(ROLES) - set(HASHED_ROLES):

@@ -384,6 +384,13 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     bad.write_text("name: bad6\nengine: carryon\nstages: [episodes]\n" + base)
     with pytest.raises(SpecError, match=r"bad.yaml: \(top level\): engine: give `stages:` or "):
         load_spec(str(bad))
+    # The older key names a built-in benchmark's stages (read from its spec), or episodes.
+    bad.write_text("name: bad7\nengine: nosuch\n" + base)
+    with pytest.raises(SpecError, match=r"bad.yaml: \(top level\): engine 'nosuch': choose "
+                                        r"episodes or a built-in benchmark \(carryon, clarify"):
+        load_spec(str(bad))
+    (tmp_path / "osi_engine.yaml").write_text("name: osie\nengine: opensafeintent\n" + base)
+    assert load_spec(str(tmp_path / "osi_engine.yaml")).stages == load_spec("opensafeintent").stages
     # Safety is any spec's: by name, with its arguments checked when the spec loads.
     good = tmp_path / "good.yaml"
     good.write_text("name: good4\ntitle: Good\nloader: opensafeintent\n"
@@ -403,7 +410,7 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
 def test_carryon_spec_conditions_are_checked(tmp_path):
     # CarryOnBench's stages need one scripted condition per move group and the oracle; the
     # flows' lengths are the config's, so a carryon spec may not set them.
-    from tasks.bench import carryon_conditions
+    from tasks.benchmarks.carryon.conditions import carryon_conditions
 
     assert carryon_conditions() == carryon_conditions(load_spec("carryon"))
     assert (carryon_conditions().bc, carryon_conditions().nc, carryon_conditions().oracle) == \
@@ -414,7 +421,7 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     nc = "  - {name: N, prompt: query, user: scripted, max_turns: 6, script: {group: NC}}\n"
     f = tmp_path / "c1.yaml"
     f.write_text(base + bc + nc)
-    names = load_spec(str(f)).carryon_conditions()
+    names = carryon_conditions(load_spec(str(f)))
     assert (names.bc, names.nc, names.oracle) == ("B", "N", "oracle")
     f = tmp_path / "c2.yaml"
     f.write_text(base + bc)  # no NC condition

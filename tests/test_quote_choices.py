@@ -12,7 +12,7 @@ from tasks.benchmarks.carryon.judge import set_id
 from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )
-from tasks.judges.benutil import BenUtil
+from tasks.benchmarks.carryon.judge_kinds import BenUtil
 from tests.factories import model_spec
 
 

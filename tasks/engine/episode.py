@@ -200,8 +200,7 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
         ("episodes", [p.episode for p in played], None),
         ("episode_turns", [t for p in played for t in p.turns],
          ("list_contains(?, episode_id)", [ids])),
-        # The move checker's verdicts, keyed by the episode's id (in the conversation_id
-        # column CarryOnBench's conversations use).
+        # The move checker's verdicts, keyed by the episode's id.
         ("move_checks", [{"conversation_id": p.episode["episode_id"], **c}
                          for p in played for c in p.checks],
          ("list_contains(?, conversation_id)", [ids])),

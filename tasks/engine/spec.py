@@ -1,13 +1,10 @@
 """The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``, with
-the scripted user's ``ScriptSpec``), its views (``ViewsSpec``) and the names CarryOnBench's
-own stages give their conditions (``CarryOnConditions``). Validated strictly; a component
+the scripted user's ``ScriptSpec``) and its views (``ViewsSpec``). Validated strictly; a component
 reference is a name or ``{name: ..., args: {...}}``. Reading a spec file, finding its
 components and checking their arguments is tasks/bench.py's ``load_spec``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
                       model_validator)
@@ -17,10 +14,9 @@ from tasks.roles import ROLE_TABLE, UNIVERSAL_ROLES
 from tasks.stages import PHASES, optional_roles
 
 # A spec that lists no stages plays episodes (tasks/stages/). ``engine:`` is the older way of
-# choosing the stages, still read: ``episodes`` is this list, ``carryon`` CarryOnBench's own.
+# choosing the stages, still read (tasks/bench.py ``load_spec``): ``episodes`` is this list,
+# a built-in benchmark's name that benchmark's stages.
 DEFAULT_STAGES = ["episodes", "verdicts", "report"]
-CARRYON_STAGES = ["checklists", "simulate", "judge", "report"]
-CARRYON_STAGE_MODULE = "tasks.benchmarks.carryon.stages"
 
 
 class SpecError(Exception):
@@ -96,48 +92,6 @@ class ConditionSpec(_Strict):
         return data
 
 
-@dataclass(frozen=True)
-class CarryOnConditions:
-    """CarryOnBench's conditions as its spec names them: the scripts with benign
-    clarification (group BC), those without (NC), and the oracle (the ``oracle`` prompt, one
-    turn). Scripts of both groups share prefixes, so both use the ``scripted`` user with the
-    same intent key; the stored condition of a conversation is the spec's name."""
-
-    bc: str
-    nc: str
-    oracle: str
-    intent: str = "intent"
-
-    def of_group(self, group: str) -> str:
-        return {"BC": self.bc, "NC": self.nc}[group]
-
-    @classmethod
-    def of(cls, conditions: list[ConditionSpec]) -> "CarryOnConditions":
-        by_group, oracle, other = {}, [], []
-        for c in conditions:
-            if c.script is not None and c.user == "scripted" and c.prompt in (None, "query"):
-                set_ = sorted(c.script.model_fields_set & {"lengths", "per_length"})
-                if set_:
-                    raise ValueError(f"conditions[{c.name}].script: {', '.join(set_)} come from "
-                                     "the config's scripts section in CarryOnBench; leave unset")
-                by_group.setdefault(c.script.group, []).append(c)
-            elif c.prompt == "oracle" and c.user == "single_turn" and c.max_turns == 1:
-                oracle.append(c)
-            else:
-                other.append(c.name)
-        if other or len(oracle) != 1 or sorted(by_group) != ["BC", "NC"] or any(
-                len(v) != 1 for v in by_group.values()):
-            raise ValueError(
-                "conditions: CarryOnBench's stages run exactly one scripted condition per "
-                "group BC and NC (user: scripted, script: {group: ...}) and one oracle "
-                f"(prompt: oracle, user: single_turn, max_turns: 1); got {[c.name for c in conditions]}")
-        bc, nc = by_group["BC"][0], by_group["NC"][0]
-        if bc.script.intent != nc.script.intent:
-            raise ValueError("conditions: BC and NC scripts share prefixes, so their "
-                             "script.intent must be the same")
-        return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
-
-
 class ViewsSpec(_Strict):
     """A benchmark's own metric views: a SQL file beside the spec whose ``{{benchmark}}`` and
     ``{{prefix}}`` are the benchmark's name and its views' name prefix."""
@@ -180,15 +134,14 @@ class BenchmarkSpec(_Strict):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if "engine" in data:  # the older key: a name for a list of stages
+        if "engine" in data:  # the older key; load_spec reads a built-in benchmark's name
             engine = data.pop("engine")
-            if engine not in ("carryon", "episodes"):
-                raise ValueError(f"engine {engine!r}: choose carryon or episodes (or list `stages:`)")
+            if engine != "episodes":
+                raise ValueError(f"engine {engine!r}: choose episodes or a built-in benchmark "
+                                 "(or list `stages:`)")
             if "stages" in data:
                 raise ValueError("engine: give `stages:` or `engine:`, not both")
-            data["stages"] = list(CARRYON_STAGES if engine == "carryon" else DEFAULT_STAGES)
-            if engine == "carryon":
-                data["components"] = [*(data.get("components") or []), CARRYON_STAGE_MODULE]
+            data["stages"] = list(DEFAULT_STAGES)
         args: dict = {}
         for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
                             ("report", "section"), ("stops", "stop")):
@@ -252,10 +205,6 @@ class BenchmarkSpec(_Strict):
             if c.name == name:
                 return c
         raise SpecError(f"{self.source_path or self.name}: no condition {name!r}")
-
-    def carryon_conditions(self) -> "CarryOnConditions":
-        """The names CarryOnBench's stages, views and report give its three conditions."""
-        return CarryOnConditions.of(self.conditions)
 
     @property
     def condition_names(self) -> list[str]:

@@ -1,5 +1,5 @@
-"""The one judge protocol: every judge kind, CarryOnBench's and the episode engine's, is a
-``JudgeKind`` and every batch of judgments runs through ``run_calls``.
+"""The one judge protocol: every judge kind is a ``JudgeKind`` and every batch of judgments
+runs through ``run_calls``.
 
 A kind (one object per batch: it holds the batch's state) says only what is its own:
 
@@ -15,14 +15,14 @@ A kind (one object per batch: it holds the batch's state) says only what is its 
 - ``combine(votes)``: one verdict per request from its judges' votes (majority for Ben-Util,
   the safety rule for safety, the single vote for a kind with one judge model);
 - the row hooks (``turn_rows`` and, for a judgment made without a call, ``blocked_rows``):
-  the rows a turn writes in the kind's table. Each kind keeps its own table shape:
-  CarryOnBench's kinds write ``item_judgments`` / ``safety_judgments`` (the views and run ids
-  of existing homes depend on them), the engine's write ``verdicts``.
+  the rows a turn writes. The engine's judges run as ``SpecKind`` (tasks/judges/base.py),
+  writing ``verdicts``; a stage with tables of its own gives its kinds its own row hooks
+  (CarryOnBench's judge stage: its folder's judge_kinds.py).
 
 ``run_calls`` (not a kind) issues every kind's calls, kind by kind and judge-major, as one
-gather, then each kind's revisions, then settles votes into verdicts. The two stage loops
-(tasks/benchmarks/carryon/judge.py for CarryOnBench, tasks/engine/verdicts.py for the engine) only read their
-turns and write the rows the kinds produced.
+gather, then each kind's revisions, then settles votes into verdicts. A stage loop
+(tasks/engine/verdicts.py, or a benchmark's own judge stage) only reads its turns and writes
+the rows the kinds produced.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections import Counter
 
 from tasks.config import ModelSpec
 from tasks.judges.prompts import text_hash
@@ -128,32 +127,6 @@ class JudgeKind:
     def extra_summary(self) -> dict:
         return {}
 
-    # ----- rows ------------------------------------------------------------------------------
-    def _count(self, key: tuple, value, cid: str, pos: int, item_id: int, unscored: Counter,
-               vote_rows: list[dict]) -> None:
-        unscored[(self.role, "combined")] += value is None
-        for spec, (v, _, u, vch) in zip(self.specs, self.votes[key]):
-            unscored[(self.role, spec.name)] += v is None
-            self._count_vote(spec, u)
-            if len(self.specs) > 1:
-                vote_rows.append({
-                    "judgment_set_id": self.set_id, "conversation_id": cid, "position": pos,
-                    "item_id": item_id, "judge": spec.name, "value": self._vote_value(v),
-                    "reason": u, "call_hash": vch})
-
-    def _count_vote(self, spec: ModelSpec, unscored_reason: str | None) -> None:
-        pass
-
-    @staticmethod
-    def _vote_value(v):
-        return v
-
-    def turn_rows(self, t, keys: list[tuple], unscored: Counter, vote_rows: list) -> None:
-        raise NotImplementedError
-
-    def blocked_rows(self, t) -> None:
-        raise NotImplementedError
-
 
 async def run_calls(gw, kinds: list[JudgeKind]) -> None:
     """Every kind's first calls in one gather (kind by kind, judge-major), then each kind's
@@ -175,7 +148,8 @@ def set_hash(doc) -> str:
 def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:
     """Set rows as they should be written: a set already stored keeps its first ``created``
     and ``run_id`` (the views pick each kind's most recently created set, so a plain rerun
-    must not reorder sets). ``table``: judgment_sets (CarryOnBench) or verdict_sets."""
+    must not reorder sets). ``table``: the stage's table of sets (``verdict_sets``, or a
+    benchmark's own with the same key and columns)."""
     ids = [r["judgment_set_id"] for r in rows]
     old = {r["judgment_set_id"]: r for r in wh.query(
         f"SELECT judgment_set_id, created, run_id FROM {table} "

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tasks.bench import CarryOnConditions, carryon_conditions
+from tasks.benchmarks.carryon.conditions import CarryOnConditions, carryon_conditions
 from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
-from tasks.bench import DEFAULT_BENCHMARK, load_spec
+from tasks.bench import load_spec
+from tasks.config import DEFAULT_BENCHMARK
 from tasks.roles import report_roles
 from warehouse import Warehouse
 

@@ -5,14 +5,14 @@ from warehouse.schema.checklists import (
     Intent, MergedItem, Query,
 )
 from warehouse.schema.engine import (
-    BenchCondition, BenchItem, Episode, EpisodeTurn, Verdict, VerdictSet, VerdictVote,
+    BenchCondition, BenchItem, Episode, EpisodeTurn, MoveCheck, Verdict, VerdictSet, VerdictVote,
 )
 from warehouse.schema.judging import (
     ItemJudgment, JudgeAgreement, JudgedBatch, JudgeVote, JudgmentSet, SafetyJudgment,
 )
 from warehouse.schema.platform import LLMBatch, LLMCall, Run, StageMemo
 from warehouse.schema.report import Table2CI
-from warehouse.schema.simulation import Conversation, MoveCheck, Turn
+from warehouse.schema.simulation import Conversation, Turn
 from warehouse.schema.validation import (
     ValidationAnnotation, ValidationAssignment, ValidationSample, ValidationUnit,
 )

@@ -1,5 +1,6 @@
-"""Tables of the episode engine (the sister benchmarks): items, episodes, their turns, and
-judges' verdicts. CarryOnBench keeps its own tables (queries, conversations, turns, ...)."""
+"""Tables of the episode engine: items, episodes, their turns, the move checker's verdicts on
+user turns, and judges' verdicts. CarryOnBench keeps its own tables (queries,
+conversations, turns, ...) beside them."""
 
 from __future__ import annotations
 
@@ -129,3 +130,27 @@ class BenchCondition(SQLModel, table=True):
     user_policy: str
     script_group: str | None = None  # BC / NC for a scripted user
     max_turns: int
+
+
+class MoveCheck(SQLModel, table=True):
+    """One verdict of the move checker on one candidate user turn, written by the play loop
+    for any benchmark whose user policy checks its turns. Attempt 0 is the first sample;
+    attempts 1.. are resamples (new sample keys) after a failing verdict. The candidate that
+    went into the conversation has ``kept`` = True (the last attempt)."""
+
+    __tablename__ = "move_checks"
+    # The id of the episode the turn belongs to, as the stage that played it stores it (the
+    # column's name is the one users have queried since the table's first release).
+    conversation_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)  # the user turn's position in turns
+    attempt: int = Field(primary_key=True)
+    move: str
+    content: str | None = None  # the candidate user turn
+    sim_call_hash: str | None = None  # the simulator call that wrote it
+    realises_move: bool | None = None
+    reveals_purpose: bool | None = None
+    passed: bool | None = None  # null = the checker call failed (see error): unchecked
+    kept: bool = False
+    reasoning: str | None = None
+    error: str | None = None
+    call_hash: str | None = None  # the checker call

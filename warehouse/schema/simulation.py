@@ -1,4 +1,5 @@
-"""Tables of stage 2: simulated conversations, their turns and the move checker's verdicts."""
+"""Tables of CarryOnBench's simulate stage: its conversations and their turns (the move
+checker's verdicts are the play loop's, warehouse/schema/engine.py ``move_checks``)."""
 
 from __future__ import annotations
 
@@ -46,24 +47,3 @@ class Turn(SQLModel, table=True):
     # marker tasks.benchmarks.carryon.simulate.BLOCKED_CONTENT, call_hash the failed call, and the judges score
     # the turn as a refusal without a call. NULL on user turns and on rows of older versions.
     blocked: bool | None = None
-
-
-class MoveCheck(SQLModel, table=True):
-    """One verdict of the move checker on one candidate user turn. Attempt 0 is the first
-    sample; attempts 1.. are resamples (new sample keys) after a failing verdict. The
-    candidate that went into the conversation has ``kept`` = True (the last attempt)."""
-
-    __tablename__ = "move_checks"
-    conversation_id: str = Field(primary_key=True)
-    position: int = Field(primary_key=True)  # the user turn's position in turns
-    attempt: int = Field(primary_key=True)
-    move: str
-    content: str | None = None  # the candidate user turn
-    sim_call_hash: str | None = None  # the simulator call that wrote it
-    realises_move: bool | None = None
-    reveals_purpose: bool | None = None
-    passed: bool | None = None  # null = the checker call failed (see error): unchecked
-    kept: bool = False
-    reasoning: str | None = None
-    error: str | None = None
-    call_hash: str | None = None  # the checker call

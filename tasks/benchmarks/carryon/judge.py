@@ -19,10 +19,10 @@ versions[, sees_history]). A plain rerun reuses the set and replaces its rows fo
 conversations it judges; another judge, template or checklist makes a new set and leaves
 the old rows alone (re-judging without regenerating anything).
 
-This module plans, names the sets and batches; the two kinds (what each asks, how votes are
-parsed and combined, which rows it writes) are tasks/judges/benutil.py and safety.py, under
-the one judge protocol of tasks/judges/protocol.py that the episode engine's judges share,
-and ``judge_batch`` runs them through its ``run_calls``.
+This module plans, names the sets and batches; the two kinds (which rows each writes) are
+judge_kinds.py beside it, asking what the shared judges ask (tasks/judges/benutil.py,
+safety.py), under the one judge protocol of tasks/judges/protocol.py that the episode
+engine's judges share, and ``judge_batch`` runs them through its ``run_calls``.
 """
 
 from __future__ import annotations
@@ -38,13 +38,14 @@ from tasks.config import ConfigError, ModelSpec
 from tasks.judges.prompts import prompt_version, text_hash
 # The constants live with the kinds; re-exported here, where flows and tests import them.
 from tasks.judges.benutil import (  # noqa: F401
-    BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK, BenUtil,
+    BENUTIL, BLOCKED, EVIDENCE_NOT_IN_RESPONSE, EVIDENCE_REASK,
 )
+from tasks.benchmarks.carryon.judge_kinds import BenUtil, Safety
 from tasks.engine.stage import whole_batches
 from tasks.judges.protocol import (  # noqa: F401 (JudgeError: raised here, re-exported)
     JudgeError, JudgeKind, keep_first, run_calls, set_hash,
 )
-from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY, Safety  # noqa: F401
+from tasks.judges.safety import BLOCKED_SAFETY_SCORE, SAFETY  # noqa: F401
 
 # What a judge that sees the history reads in place of a blocked turn without text.
 BLOCKED_HISTORY_TEXT = "[no response: the provider blocked it]"

@@ -35,7 +35,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from tasks.bench import carryon_conditions, load_spec
+from tasks.benchmarks.carryon.conditions import BENCHMARK, carryon_conditions
+from tasks.bench import load_spec
 from tasks.engine.episode import BLOCKED_CONTENT, Played, play
 from tasks.engine.items import Item
 from tasks.engine.keys import PrefixKeys, conversation_id
@@ -112,7 +113,7 @@ async def simulate_query(gateway, target, simulator, q: SimQuery, scripts: list[
                          max_resamples: int = 2, exclude_failing: bool = False,
                          spec=None) -> list[ConversationResult]:
     """The oracle conversation and one conversation per script, for one target and query."""
-    spec = spec or load_spec()
+    spec = spec or load_spec(BENCHMARK)
     names = carryon_conditions(spec)
     env = PolicyEnv(SharedCalls(gateway), _Models({SIMULATOR_ROLE: simulator}),
                     keys=PrefixKeys(share_prefix, names.oracle),
