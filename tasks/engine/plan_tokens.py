@@ -7,7 +7,8 @@ the judges' templates had grown (Ben-Util's fixed text is ~530 tokens, safety's 
 "two answers of history" does not follow. Here:
 
 - a judge's prompt is its template rendered with one-character fields (measured, so a
-  template edit moves the plan with it), plus the query, the judged response and the item;
+  template edit moves the plan with it), plus the query, the judged response and the item
+  (CarryOnBench's plan measures its two judges' so, beside its spec);
 - a target's or simulated user's prompt is the opening plus the turns before it (CarryOnBench's
   sums them over the calls its prefix tree makes: tasks/benchmarks/carryon/simulate_plan.py);
 - a query's length is the selected queries' own (characters / 4), not a constant.
@@ -32,30 +33,6 @@ MESSAGE_TOKENS = 4
 
 def text_tokens(text: str) -> float:
     return len(text or "") / CHARS_PER_TOKEN
-
-
-@functools.lru_cache(maxsize=1)
-def judge_bases() -> dict[str, float]:
-    """Tokens of each CarryOnBench judge's prompt with one-character fields."""
-    from tasks.judges.prompts import benutil_messages, safety_messages
-
-    def size(msgs):
-        return sum(text_tokens(m["content"]) + MESSAGE_TOKENS for m in msgs)
-
-    return {"benutil_judge": size(benutil_messages("Q", "R", "I?")),
-            "safety_judge": size(safety_messages("Q", "R"))}
-
-
-def judge_prompt(role: str, query: float, response: float, item: float,
-                 history: float = 0.0) -> float:
-    base = judge_bases()[role]
-    return base + query + response + (item if role == "benutil_judge" else history)
-
-
-def mean_query_tokens(queries) -> float | None:
-    texts = [getattr(q, "query", None) for q in queries]
-    texts = [t for t in texts if t]
-    return sum(map(text_tokens, texts)) / len(texts) if texts else None
 
 
 _TAG = re.compile(r"\{#.*?#\}|\{%.*?%\}|\{\{.*?\}\}", re.S)

@@ -6,8 +6,8 @@ misuse, simulation with and without prefix sharing, safety) and upper bounds or 
 where they depend on model answers (guard and decomposition assume no answer is dropped;
 Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
 paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
-and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py),
-assuming answers use half their max_tokens; the checklist roles' are the role table's; where
+and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py and
+``judge_prompt`` below), assuming answers use half their max_tokens; the checklist roles' are the role table's; where
 this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
 per call replace the estimate;
 costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
@@ -21,13 +21,15 @@ are priced live there).
 
 from __future__ import annotations
 
+import functools
+
 from tasks.config import Config
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.judges.prompt_layout import (
     CHARS_PER_TOKEN, ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens,
     provider,
 )
-from tasks.engine.plan_tokens import judge_prompt, mean_query_tokens
+from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
 from tasks.roles import ROLE_TABLE
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
@@ -37,6 +39,30 @@ PAPER_MEAN_ITEMS = 18
 # Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
 # role table's (tasks/roles.py).
 _BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
+
+
+@functools.lru_cache(maxsize=1)
+def judge_bases() -> dict[str, float]:
+    """Tokens of each of CarryOnBench's two judges' prompts with one-character fields."""
+    from tasks.judges.prompts import benutil_messages, safety_messages
+
+    def size(msgs):
+        return sum(text_tokens(m["content"]) + MESSAGE_TOKENS for m in msgs)
+
+    return {"benutil_judge": size(benutil_messages("Q", "R", "I?")),
+            "safety_judge": size(safety_messages("Q", "R"))}
+
+
+def judge_prompt(role: str, query: float, response: float, item: float,
+                 history: float = 0.0) -> float:
+    base = judge_bases()[role]
+    return base + query + response + (item if role == "benutil_judge" else history)
+
+
+def mean_query_tokens(queries) -> float | None:
+    texts = [getattr(q, "query", None) for q in queries]
+    texts = [t for t in texts if t]
+    return sum(map(text_tokens, texts)) / len(texts) if texts else None
 
 
 def _cache_share(role: str, spec, target_out: int, mean_items: float) -> float | None:
