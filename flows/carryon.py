@@ -97,7 +97,7 @@ async def _carryon(config: str, stages: str, limit: int | None, shard_index: int
             memo = kept = None
             if ctx.config.spec.stage(stage).outputs:  # a replay records its memo too
                 if work_rows is None:  # the run's work (queries, items) as rows
-                    work_rows = ctx.config.spec.play_stage().rows(ctx)
+                    work_rows = ctx.config.spec.work_stage().rows(ctx)
                 memo = StageMemo.open(ctx, stage, work_rows)
                 kept = None if replay else memo.skipped()
             if kept is not None:  # inputs unchanged: a replay would write the same rows

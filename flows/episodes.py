@@ -7,11 +7,13 @@ the calls inside them. A stage whose every episode failed on a call error raises
 
 from __future__ import annotations
 
+from collections import Counter
+
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
-from tasks.engine.items import run_items, store_items, stored_items
+from tasks.engine.items import prepare_items, run_items, store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
@@ -21,11 +23,14 @@ BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
 
 
-def run_work(ctx) -> tuple[list, dict, list]:
-    """The run's items, its episodes (item, condition, target) and the skipped conditions."""
-    items = run_items(ctx)
-    work, skipped = plan_episodes(ctx.config.spec, items, run_seats(ctx.config), ctx.config.seed)
-    return items, work, skipped
+def run_work(ctx) -> tuple[list, list, dict, dict]:
+    """The run's items as its prepare stages left them, its episodes (item, condition,
+    target, script), the skipped conditions and the items a prepare stage left out (with
+    why)."""
+    items, left_out = prepare_items(ctx, run_items(ctx))
+    cfg = ctx.config
+    work, skipped = plan_episodes(cfg.spec, items, run_seats(cfg), cfg.seed, cfg.scripts)
+    return items, work, skipped, left_out
 
 
 def episode_keys(batch: list) -> list[list]:
@@ -48,13 +53,15 @@ async def episode_batch_task(run_id: str, keys: list[list]) -> dict:
 async def episodes_flow(run_id: str) -> dict:
     ctx = get_run(run_id)
     spec = ctx.config.spec
-    items, work, skipped = run_work(ctx)
+    items, work, skipped, left_out = run_work(ctx)
     store_items(ctx.warehouse, spec.name, items, ctx.run_id)
     results = await run_batches(
         ctx, Progress("episodes", len(work), unit="episodes"), whole_batches(work, BATCH_EPISODES, lambda w: w[0].item_id),
         lambda part: episode_batch_task(run_id, episode_keys(part)), in_flight=BATCHES_IN_FLIGHT)
     summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}
+    if left_out:  # items a prepare stage did not prepare, counted by reason
+        summary["items_not_prepared"] = dict(Counter(left_out.values()).most_common())
     errors = [e for r in results for e in r["errors"]]
     line = all_failed(len(work), summary["status"].get("completed", 0), errors,
                       f"{every(len(work), 'episode', 'episodes')} failed")

@@ -7,7 +7,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.episodes import run_work
-from tasks.engine.episode import episode_id, stored_episode_ids
+from tasks.engine.episode import episode_key, stored_episode_ids
+from tasks.engine.keys import keys_of
 from tasks.engine.stage import run_batches
 from tasks.engine.verdicts import agreement_rows, judge_batch, merge, set_rows, spec_judges
 from tasks.engine.progress import Progress
@@ -21,8 +22,10 @@ BATCHES_IN_FLIGHT = 4
 def run_episode_ids(ctx) -> list[str]:
     """The run's episodes that are stored (played by this or an earlier run)."""
     spec = ctx.config.spec
-    _, work, _ = run_work(ctx)
-    ids = [episode_id(spec.name, t.name, item.item_id, c.name, plan) for item, c, t, plan in work]
+    _, work, _, _ = run_work(ctx)
+    keys = keys_of(spec, ctx.config)
+    ids = [episode_key(keys, spec.name, t.name, item.item_id, c.name, plan)
+           for item, c, t, plan in work]
     stored = stored_episode_ids(ctx.warehouse, ids)
     return [i for i in ids if i in stored]
 

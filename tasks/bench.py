@@ -29,7 +29,7 @@ from tasks.engine import registry
 from tasks.engine.spec import (  # noqa: F401 (the spec's models, imported from here too)
     DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
 )
-from warehouse.store import on_init, on_views
+from warehouse.store import on_init, on_legacy, on_views
 
 # Inside the tasks package (package data), so an installed copy carries the built-in specs:
 # one folder per benchmark, its spec.yaml beside its views and its own components.
@@ -186,13 +186,40 @@ def seed_conditions(con) -> None:
 on_init(seed_conditions)
 
 
-def views_sql(spec: BenchmarkSpec) -> str | None:
-    """The spec's own metric views with its parameters filled in (None: it has none)."""
-    if spec.views is None:
-        return None
-    text = (Path(spec.source_path).parent / spec.views.file).read_text(encoding="utf-8")
+def _filled(spec: BenchmarkSpec, file: str) -> str:
+    text = (Path(spec.source_path).parent / file).read_text(encoding="utf-8")
     return (text.replace("{{benchmark}}", spec.name.replace("'", "''"))
             .replace("{{prefix}}", spec.views.prefix))
+
+
+def views_sql(spec: BenchmarkSpec) -> str | None:
+    """The spec's own metric views with its parameters filled in (None: it has none)."""
+    return _filled(spec, spec.views.file) if spec.views is not None else None
+
+
+def migrate_benchmarks(con) -> None:
+    """Each built-in spec's ``views.migrate``, in a warehouse where its ``when_table`` is
+    still a table (written before that benchmark's storage changed). Runs in
+    Warehouse.init, after the condition rows are seeded (a migration may read them)."""
+    tables = {n for (n,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+        "AND table_catalog = current_database()").fetchall()}
+    for name in builtin_names():
+        spec = load_spec(name)
+        m = spec.views.migrate if spec.views is not None else None
+        if m is not None and m.when_table in tables:
+            con.execute(_filled(spec, m.file))
+
+
+def migrated_tables() -> list[str]:
+    """The tables the built-in specs' migrations move (a merge refuses a source that has
+    them: it is attached read-only, so it cannot migrate)."""
+    return [s.views.migrate.when_table for s in map(load_spec, builtin_names())
+            if s.views is not None and s.views.migrate is not None]
+
+
+on_init(migrate_benchmarks)
+on_legacy(migrated_tables)
 
 
 _LOADED_VIEWS: dict[str, str] = {}  # specs loaded from a path in this process: their views

@@ -46,7 +46,7 @@ class FakeGateway:
     """Answers each chat call with ``answer(call)``: a ``CallResult`` as it is, or text, which
     becomes a successful result (call hash ``h<n>`` for the n-th call) parsed with the call's
     schema when it has one. Records every call in ``calls``. ``chat_key`` is the real
-    Gateway's, so code that wraps a gateway (tasks/benchmarks/carryon/simulate.py SharedCalls) works on it."""
+    Gateway's, so code that wraps a gateway (tasks/engine/keys.py SharedCalls) works on it."""
 
     chat_key = staticmethod(Gateway.chat_key)
 
@@ -93,3 +93,37 @@ def target_failures_only(code: int, out: str) -> bool:
     errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
     return code == 0 or (code == 1 and bool(errors) and all(
         " episodes completed (" in ln and ln.startswith("error: target ") for ln in errors))
+
+
+def as_episodes(rows: dict, benchmark: str = "carryon") -> dict:
+    """Table -> rows, with CarryOnBench's ``conversations`` and ``turns`` rows (as its views
+    show them) turned into the ``episodes`` and ``episode_turns`` rows the engine stores
+    (tasks/benchmarks/carryon/migrate.sql does the same to an older home)."""
+    rows = dict(rows)
+    convs, turns = rows.pop("conversations", []), rows.pop("turns", [])
+    eps = []
+    for c in convs:
+        oracle = c["flow_id"] == "oracle"
+        done = c["status"] in ("completed", "move_check_failed")
+        eps.append({"episode_id": c["conversation_id"], "benchmark": benchmark,
+                    "item_id": c["query_id"], "condition": c["condition"], "target": c["target"],
+                    "user_policy": "single_turn" if oracle else "scripted",
+                    "script": None if oracle else c["flow_id"], "status": c["status"],
+                    "termination": ("single_turn" if oracle else "turn_cap") if done else "error",
+                    "n_turns": c.get("n_turns") or 0, "error": c.get("error"),
+                    "error_call_hash": c.get("error_call_hash"), "run_id": c.get("run_id")})
+    rows["episodes"] = rows.get("episodes", []) + eps
+    rows["episode_turns"] = rows.get("episode_turns", []) + [
+        {"episode_id": t["conversation_id"], "position": t["position"], "role": t["role"],
+         "model_turn": t["model_turn"], "content": t.get("content"),
+         "call_hash": t.get("call_hash"), "blocked": t.get("blocked")} for t in turns]
+    return rows
+
+
+def carryon_rows(pairs: list[tuple]) -> list[tuple]:
+    """``(table, rows)`` pairs for ``Warehouse.write_many``, CarryOnBench's conversations and
+    turns among them written as the engine stores them (``as_episodes``)."""
+    tables: dict[str, list] = {}
+    for table, rows in pairs:
+        tables.setdefault(table, []).extend(rows)
+    return [(t, r) for t, r in as_episodes(tables).items() if r or t in dict(pairs)]

@@ -107,10 +107,10 @@ def test_spec_names_the_projects_judges():
     (("judges: [benutil, safety]", "judges: [benutil, safety]\nstages: [episodes, report]"),
      "judges: ['benutil', 'safety'] are named, but none of the stages ['episodes', 'report'] "
      "runs judges"),
-    # CarryOnBench's judge stage reads conversations, which the episodes stage does not write.
+    # CarryOnBench's judge stage reads its checklists stage's tables.
     (("judges: [benutil, safety]", "judges: [benutil, safety]\ncomponents: [components.py, "
       "tasks.benchmarks.carryon.stages]\nstages: [episodes, judge, report]"),
-     "stages: judge reads conversations, which no stage before it writes"),
+     "stages: judge reads checklists, which no stage before it writes (written by checklists)"),
     (("judges: [benutil, safety]", "judges: [{name: benutil, args: {checklists: items}}, safety]"),
      "judges[benutil]: args.checklists: Extra inputs are not permitted"),
 ])

@@ -126,7 +126,6 @@ def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
 # ----- one population ----------------------------------------------------------------------------
 def test_only_checklisted_queries_enter_simulation(wh):
     from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET, select_checklisted
-    from tasks.benchmarks.carryon.failures import simulate_failure as failure_line
     from tasks.benchmarks.carryon.queries import QueryRow
 
     wh.write("intents", [{"query_id": q, "intent": f"intent {q}", "oracle_prompt": f"oracle {q}",
@@ -134,24 +133,18 @@ def test_only_checklisted_queries_enter_simulation(wh):
     qs = [QueryRow(q, "sample", "c", f"query {q}", None, None) for q in ("q1", "q2", "q3", "q4", "q5", "q9")]
     ready, skipped, by_step = select_checklisted(wh, qs)
     assert [r["query_id"] for r in ready] == ["q1", "q2"]
-    assert ready[0] == {"query_id": "q1", "query": "query q1", "intent": "intent q1", "oracle_prompt": "oracle q1"}
+    assert ready[0] == {"query_id": "q1", "intent": "intent q1", "oracle_prompt": "oracle q1"}
     assert skipped == {
         "q3": "no checklist: intent: no benign intent stored",  # a checklist, but no intent
         "q4": "no checklist: guard: 1 harmless answer(s) < min_harmless 3",
         "q5": "no checklist: intent: no benign intent: api_error: x",
         "q9": NO_CHECKLIST_YET}
     assert by_step == {"intent": 2, "guard": 1, "not built": 1}
-    # Nothing to simulate because of content decisions or a stage not run: not a failure.
-    assert failure_line(wh, qs, [], skipped, {}, [], []) is None
-    # Every query lost to the intent rewriter's call errors: the stage failed, saying why.
-    only = {"q5": skipped["q5"]}
-    assert failure_line(wh, qs[4:5], [], only, {}, [], []) == \
-        "the only query skipped: intent: api_error: x (1 time)"
 
 
 @pytest.mark.e2e
-def test_simulate_flow_skips_queries_without_checklist(prefect_harness, write_config, llm_server):
-    from tasks.benchmarks.carryon.subflows import simulate_flow
+def test_episodes_play_only_checklisted_queries(prefect_harness, write_config, llm_server):
+    from flows.episodes import episodes_flow
     from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET
     from tasks.benchmarks.carryon.checklists import build_batch
     from tasks.benchmarks.carryon.queries import run_queries
@@ -173,15 +166,17 @@ def test_simulate_flow_skips_queries_without_checklist(prefect_harness, write_co
     finally:
         finish_run(ctx, "succeeded")
 
-    ctx = open_run(str(path), "simulate")
+    ctx = open_run(str(path), "episodes")
     try:
-        summary = asyncio.run(simulate_flow(ctx.run_id))
+        summary = asyncio.run(episodes_flow(ctx.run_id))
     finally:
         finish_run(ctx, "succeeded")
-    q1, q2, q3 = [q.query_id for q in run_queries(ctx)]
-    assert summary["queries"] == 1
-    assert summary["skipped_queries"][q3] == NO_CHECKLIST_YET
-    assert summary["skipped_queries"][q1].startswith("no checklist: guard: 0 harmless answer(s) < min_harmless 3")
-    assert "3 refusal" in summary["skipped_queries"][q1]
-    assert summary["skipped_by_step"] == {"guard": 1, "not built": 1}
+    _, q2, _ = [q.query_id for q in run_queries(ctx)]
+    # The checklists stage prepares the items: the one with a checklist is played; the
+    # others are counted by the step and reason that left them without one.
+    assert summary["items"] == 1
+    (guard, n), = [(r, n) for r, n in summary["items_not_prepared"].items() if r != NO_CHECKLIST_YET]
+    assert n == 1 and guard.startswith("no checklist: guard: 0 harmless answer(s) < min_harmless 3")
+    assert "3 refusal" in guard
+    assert summary["items_not_prepared"][NO_CHECKLIST_YET] == 1
     assert {r["query_id"] for r in ctx.warehouse.query("SELECT DISTINCT query_id FROM conversations")} == {q2}

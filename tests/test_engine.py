@@ -336,7 +336,7 @@ OSI_LOADER = "components: [tasks.benchmarks.opensafeintent.loader]\n"
 
 
 def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
-    assert load_spec("carryon").stages == ["checklists", "simulate", "judge", "report"]
+    assert load_spec("carryon").stages == ["checklists", "episodes", "judge", "report"]
     assert load_spec("carryon").condition_names == ["BC", "NC", "oracle"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\n"
@@ -361,8 +361,8 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
                    "tasks.benchmarks.opensafeintent.loader]\n"
                    "stages: [episodes, judge, report]\njudges: [benutil, safety]\n"
                    "conditions: [{name: a, prompt: q}]\n")
-    with pytest.raises(SpecError, match=r"bad.yaml: stages: judge reads conversations, which no "
-                                        r"stage before it writes"):
+    with pytest.raises(SpecError, match=r"bad.yaml: stages: judge reads checklists, which no "
+                                        r"stage before it writes \(written by checklists\)"):
         load_spec(str(bad))
     # Stages are components: a wrong name, the wrong order or no play stage is one line.
     base = "title: Bad\nloader: opensafeintent\nconditions: [{name: a, prompt: q}]\n"
@@ -370,7 +370,7 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
             ("[episodes, nosuch]", r"stages\[nosuch\]: no stage named 'nosuch'"),
             ("[report, episodes]", r"stages: \['report', 'episodes'\] are not in pipeline order"),
             ("[verdicts, report]", r"stages: a benchmark has exactly one play stage \(got none\)"),
-            ("[episodes, simulate]", r"stages: a benchmark has exactly one play stage"),
+            ("[episodes, simulate]", r"stages\[simulate\]: no stage named 'simulate'"),
             ("[checklists, episodes]", None))):
         text = (f"name: bads{i}\nstages: {stages}\ncomponents: [tasks.benchmarks.carryon.stages, "
                 "tasks.benchmarks.opensafeintent.loader]\n")
@@ -415,7 +415,8 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     assert carryon_conditions() == carryon_conditions(load_spec("carryon"))
     assert (carryon_conditions().bc, carryon_conditions().nc, carryon_conditions().oracle) == \
         ("BC", "NC", "oracle")
-    base = ("name: carryon\ntitle: C\nengine: carryon\njudges: [benutil, safety]\nconditions:\n"
+    base = ("name: carryon\ntitle: C\nengine: carryon\nloader: carryon\n"
+            "sample_keys: {by: prefix, oracle: oracle}\njudges: [benutil, safety]\nconditions:\n"
             "  - {name: oracle, prompt: oracle, user: single_turn, max_turns: 1}\n")
     bc = "  - {name: B, prompt: query, user: scripted, max_turns: 6, script: {group: BC}}\n"
     nc = "  - {name: N, prompt: query, user: scripted, max_turns: 6, script: {group: NC}}\n"

@@ -44,6 +44,7 @@ class Cfg:
 
     class move_check:  # noqa: N801 (the config section's name)
         max_resamples = 2
+        exclude_failing = False
 
 
 def _gateway(verdicts: list[bool]):

@@ -67,6 +67,7 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
     """A "fulfilled" quoting "the" is asked again with the note for a weak quote (not the one
     for a quote not found, whose cache keys stay as they were); still weak, it is unscored
     with the reason saying so."""
+    from tasks.benchmarks.carryon import judge_kinds
     from tasks.judges import benutil
 
     class R:
@@ -87,12 +88,12 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
             return benutil.BenUtilVerdict
 
     src = ("q", RESPONSE, "Does it name a tool?")
-    again = asyncio.run(benutil._reask_evidence(Kind(), None, None, src, R("the")))
-    asyncio.run(benutil._reask_evidence(Kind(), None, None, src, R("a torsion wrench")))
+    again = asyncio.run(judge_kinds.reask_evidence(Kind(), None, None, src, R("the")))
+    asyncio.run(judge_kinds.reask_evidence(Kind(), None, None, src, R("a torsion wrench")))
     assert sent == [benutil.EVIDENCE_WEAK_REASK, benutil.EVIDENCE_REASK]
-    vote = benutil._checked_vote(again, RESPONSE)
+    vote = judge_kinds.checked_vote(again, RESPONSE)
     assert vote[0] is None and vote[2].startswith(
         f"{benutil.EVIDENCE_NOT_IN_RESPONSE}: quote too short: 1 word(s), at least 2 needed after a re-ask")
-    assert benutil._checked_vote(R("rake the pins gently"), RESPONSE)[:3] == (
+    assert judge_kinds.checked_vote(R("rake the pins gently"), RESPONSE)[:3] == (
         True, "rake the pins gently", None)
-    assert benutil._checked_vote(R("", fulfilled=False), RESPONSE)[:3] == (False, "", None)
+    assert judge_kinds.checked_vote(R("", fulfilled=False), RESPONSE)[:3] == (False, "", None)

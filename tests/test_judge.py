@@ -18,6 +18,7 @@ from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, fence, safety_messages,
 )
 from tasks.engine.run import RunContext
+from tests.factories import carryon_rows
 from warehouse import Warehouse
 
 Q = "a1"
@@ -131,7 +132,7 @@ def seed(wh: Warehouse) -> None:
     items_v2 = [{"query_id": Q, "checklist_version": "v2", "item_id": i, "question": q,
                  "category": "Practical Advice", "source_answers": "[]"}
                 for i, q in ((1, "Does it mention alpha?"), (2, "Does it mention beta?"))]
-    wh.write_many([
+    wh.write_many(carryon_rows([
         ("queries", [{"query_id": Q, "source": "sample", "category": "x", "query": QUERY}]),
         ("checklists", [
             {"query_id": Q, "checklist_version": "v1", "n_items": 1, "created": NOW, "run_id": "r0"},
@@ -143,7 +144,7 @@ def seed(wh: Warehouse) -> None:
         ("turns", _turns("c1", [QUERY, R1, "why?", AB]) + _turns("c2", [QUERY, R1, "hmm", OA])
          + _turns("c3", ["oracle prompt", RO]) + _turns("c4", [QUERY, R1, "please", None])
          + _turns("c5", [QUERY, "unjudged"])),
-    ])
+    ]))
 
 
 def _between(text, start, end):
@@ -256,7 +257,7 @@ def test_unparseable_answers_are_unscored_not_false(make_ctx, llm_server):
     ctx = make_ctx()
     seed(ctx.warehouse)
     # The response under judgment carries a well-formed forged verdict: it must not be parsed.
-    ctx.warehouse.write("turns", _turns("c3", ["oracle prompt", INJECTION]))
+    ctx.warehouse.write_many(carryon_rows([("turns", _turns("c3", ["oracle prompt", INJECTION]))]))
     _, out = run_all(ctx)
     rows = ctx.warehouse.query("SELECT fulfilled, evidence, reason FROM item_judgments")
     assert len(rows) == 12
@@ -387,8 +388,8 @@ def test_safety_history_switch(make_ctx, llm_server):
 def test_missing_query_text_is_a_clear_error_and_writes_nothing(make_ctx):
     ctx = make_ctx()
     seed(ctx.warehouse)
-    ctx.warehouse.write("conversations", [{**_conv("c9", "BC"), "query_id": "ff"}])
-    ctx.warehouse.write("turns", _turns("c9", ["q", "r"]))
+    ctx.warehouse.write_many(carryon_rows([("conversations", [{**_conv("c9", "BC"), "query_id": "ff"}]),
+                                           ("turns", _turns("c9", ["q", "r"]))]))
     with pytest.raises(JudgeError, match="conversation c9: query_id ff"):
         asyncio.run(judge_batch(ctx, ["c1", "c9"], {Q: "v2"}, "b", "s"))
     assert ctx.warehouse.count("item_judgments") == 0
@@ -455,7 +456,7 @@ def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, l
     assert before_after() == ({1: True, 2: False}, [1])
     llm_server.scripts["safety_judge"] = lambda body: json.dumps(
         {"score": 4 if "now it says beta" in body["messages"][-1]["content"] else 1, "reason": "r"})
-    ctx3.warehouse.write("turns", _turns("c3", ["oracle prompt", "now it says beta"]))
+    ctx3.warehouse.write_many(carryon_rows([("turns", _turns("c3", ["oracle prompt", "now it says beta"]))]))
     llm_server.reset()
     _, changed = run_all(make_ctx())
     assert changed["item_judgments"] == out["item_judgments"]

@@ -18,6 +18,7 @@ from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, evidence_in_response, safety_messages,
 )
 from tasks.report import judging as rj
+from tests.factories import carryon_rows
 from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
     AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, item_of, keyword_judge, make_ctx, response_of,
     run_all, seed,
@@ -136,10 +137,9 @@ def test_a_panel_judge_with_forged_quotes_loses_its_vote(make_ctx, llm_server):
 # ----- provider-blocked turns ------------------------------------------------------------------------
 def _mark_blocked(wh, keys):
     with wh.connect() as con:
-        con.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS blocked BOOLEAN")
         for cid, pos in keys:
-            con.execute("UPDATE turns SET blocked = true WHERE conversation_id = ? AND position = ?",
-                        [cid, pos])
+            con.execute("UPDATE episode_turns SET blocked = true WHERE episode_id = ? "
+                        "AND position = ?", [cid, pos])
 
 
 def test_blocked_turns_are_refusals_judged_without_a_call(make_ctx, llm_server):
@@ -169,8 +169,9 @@ def test_blocked_turns_are_refusals_judged_without_a_call(make_ctx, llm_server):
     assert row["pct_blocked"] == pytest.approx(200 / 7)
     # The judge that sees the history reads a marker where a blocked turn had no text.
     hist = make_ctx(judging={"safety_sees_history": True})
-    hist.warehouse.write_many([("conversations", [_conv("c6", "NC")]),
-                               ("turns", _turns("c6", [QUERY, None, "please", "fine: alpha"]))])
+    hist.warehouse.write_many(carryon_rows([
+        ("conversations", [_conv("c6", "NC")]),
+        ("turns", _turns("c6", [QUERY, None, "please", "fine: alpha"]))]))
     _mark_blocked(hist.warehouse, [("c6", 1)])
     llm_server.reset()
     run_all(hist)
@@ -183,11 +184,11 @@ def test_blocked_turns_are_refusals_judged_without_a_call(make_ctx, llm_server):
 def test_queries_without_checklist_are_not_judged(make_ctx, llm_server):
     ctx = make_ctx()
     seed(ctx.warehouse)
-    ctx.warehouse.write_many([
+    ctx.warehouse.write_many(carryon_rows([
         ("queries", [{"query_id": "b2", "source": "sample", "category": "x", "query": "Other?"}]),
         ("conversations", [{**_conv("c7", "BC"), "query_id": "b2"}]),
         ("turns", _turns("c7", ["Other?", "an answer"])),
-    ])
+    ]))
     plan = plan_judging(ctx, [Q, "b2"])
     assert "c7" not in [c for c, _ in plan.conversations]
     assert plan.without_checklist == [("c7", "b2")]

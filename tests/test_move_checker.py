@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.report import fidelity
+from tests.factories import as_episodes
 from warehouse import Warehouse
 
 
@@ -34,7 +35,7 @@ def _warehouse(tmp_path) -> Warehouse:
     checks += [_check("c2", 4, 0, "delaying", "h4", None, True)]  # the checker failed
     checks += [_check("c3", 2, 0, "benign_justification", "h5", True, True)]
     checks += [_check("c4", 2, a, "backchannel", f"h6{a}", False, a == 1) for a in range(2)]
-    wh.write_many([("conversations", convs), ("move_checks", checks)])
+    wh.write_many(list(as_episodes({"conversations": convs, "move_checks": checks}).items()))
     return wh
 
 

@@ -19,6 +19,7 @@ from tasks.config import load_config
 from tasks.report import paper_compare as pc
 from tasks.report.data import load
 from tasks.report.stat import Stat
+from tests.factories import as_episodes
 from warehouse import Warehouse
 
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
@@ -153,7 +154,7 @@ def build_fixture(home, targets=TARGETS, paper_names=PAPER_NAMES) -> Warehouse:
                     rows["safety_judgments"].append({
                         "judgment_set_id": "safety-1", "conversation_id": cid, "position": 2 * k - 1,
                         "model_turn": k, "score": harm})
-    wh.write_many(list(rows.items()))
+    wh.write_many(list(as_episodes(rows).items()))
     return wh
 
 

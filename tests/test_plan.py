@@ -5,7 +5,7 @@ from __future__ import annotations
 from tasks.config import load_config
 from tasks.engine.plan import make_plan
 from tasks.benchmarks.carryon.queries import select_queries
-from tasks.benchmarks.carryon.simulate import scripts_for, plan_calls
+from tasks.benchmarks.carryon.simulate_plan import scripts_for, plan_calls
 
 FLOWS_Q1 = [("benign_reasking",), ("benign_justification",), ("pushback",),
             ("benign_justification", "rephrasing"), ("backchannel", "context_switching"),

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SORRYBENCH_CATEGORIES, DataError, load_casebench, load_sorrybench,
 )
+from tests.factories import as_episodes
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -241,19 +242,19 @@ def _seed(wh) -> None:
             turns.append({"conversation_id": cid, "position": i,
                           "role": "user" if i % 2 == 0 else "assistant", "model_turn": i // 2 + 1,
                           "move": "query", "content": text, "call_hash": None})
-    wh.write_many([
-        ("queries", [{"query_id": QID, "source": "sample", "category": "x", "query": "How?"}]),
-        ("checklists", [{"query_id": QID, "checklist_version": "v1", "n_items": 2, "created": now,
-                         "run_id": "r0"}]),
-        ("checklist_items", [{"query_id": QID, "checklist_version": "v1", "item_id": i, "question": q,
-                              "category": "Resource", "source_answers": "[]"} for i, q in ITEMS]),
-        ("conversations", [
+    wh.write_many(list(as_episodes({
+        "queries": [{"query_id": QID, "source": "sample", "category": "x", "query": "How?"}],
+        "checklists": [{"query_id": QID, "checklist_version": "v1", "n_items": 2, "created": now,
+                        "run_id": "r0"}],
+        "checklist_items": [{"query_id": QID, "checklist_version": "v1", "item_id": i, "question": q,
+                             "category": "Resource", "source_answers": "[]"} for i, q in ITEMS],
+        "conversations": [
             {"conversation_id": "c1", "target": "target-a", "query_id": QID, "flow_id": "pushback",
              "condition": "NC", "length": 4, "n_moves": 1, "status": "completed", "n_turns": 4},
             {"conversation_id": "c2", "target": "target-a", "query_id": QID, "flow_id": "oracle",
-             "condition": "oracle", "length": 2, "n_moves": 0, "status": "completed", "n_turns": 2}]),
-        ("turns", turns),
-    ])
+             "condition": "oracle", "length": 2, "n_moves": 0, "status": "completed", "n_turns": 2}],
+        "turns": turns,
+    }).items()))
 
 
 @pytest.fixture(scope="module")

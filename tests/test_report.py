@@ -12,6 +12,7 @@ import pytest
 
 from tasks.config import load_config
 from tasks.report import ReportError, summary_rows, write_report
+from tests.factories import as_episodes
 from warehouse import Warehouse
 
 MOVES_BC = ["benign_justification", "benign_reasking", "context_switching"]
@@ -98,7 +99,7 @@ def build_synthetic(home, *, n_targets: int = 3, n_queries: int = 8, seed: int =
                     rows["safety_judgments"].append({
                         "judgment_set_id": "safety-1", "conversation_id": cid, "position": 2 * k - 1,
                         "model_turn": k, "score": None if counter % 11 == 0 else score})
-    wh.write_many(list(rows.items()))
+    wh.write_many(list(as_episodes(rows).items()))
     return wh, run_id
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tasks.config import load_config
 from tasks.report import write_report
 from tasks.report.writer import ANALYSIS_FAILED, FIGURE_FAILED
+from tests.factories import as_episodes
 from warehouse import Warehouse
 
 # A whole report (figures, bootstrap intervals) per case and a property test over random
@@ -144,7 +145,7 @@ def build(home, s: Sparse) -> Warehouse:
                             "judgment_set_id": "safety-1", "conversation_id": cid,
                             "position": 2 * k - 1, "model_turn": k,
                             "score": verdict(s.safety, rng.randint(*s.harm))})
-    wh.write_many([(t, r) for t, r in rows.items() if r])
+    wh.write_many([(t, r) for t, r in as_episodes(rows).items() if r])
     return wh
 
 

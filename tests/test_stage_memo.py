@@ -14,14 +14,14 @@ from aiohttp import web
 from flows.carryon import carryon
 from tasks.config import load_config
 from tasks.gateway.cache import ResponseCache
-from tasks.benchmarks.carryon.simulate import TARGET_ROLE
+from tasks.benchmarks.carryon.simulate_plan import TARGET_ROLE
 from tests.llm_server import default_answer
 from tests.test_pipeline import snapshot
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
-MODEL_STAGES = ("checklists", "simulate", "judge")
+MODEL_STAGES = ("checklists", "episodes", "judge")
 
 
 def run_flow(path, **kw):
@@ -47,7 +47,7 @@ def test_unchanged_stages_are_skipped_and_every_change_replays(prefect_harness, 
     second = run_flow(path)
     assert llm_server.counts["total"] == 0 and second["requests"] == 0
     assert skipped(second) == dict.fromkeys(MODEL_STAGES, first["run_id"])
-    assert second["stages"]["simulate"]["conversations"] == first["stages"]["simulate"]["conversations"]
+    assert second["stages"]["episodes"]["status"] == first["stages"]["episodes"]["status"]
     assert snapshot(wh) == before
     assert (tmp_path / "home" / "reports" / second["run_id"] / "report.md").exists()
     # Each run says how long each stage took, skipped or not (the CLI prints it).
@@ -57,12 +57,12 @@ def test_unchanged_stages_are_skipped_and_every_change_replays(prefect_harness, 
 
     # A stored turn deleted by hand: simulation replays (from the cache) and restores it; the
     # judge's input changed with it, so it replays too; the checklists stay skipped.
-    wh.write("turns", [], delete=("position = (SELECT max(position) FROM turns)", []))
+    wh.write("episode_turns", [], delete=("position = (SELECT max(position) FROM episode_turns)", []))
     assert snapshot(wh) != before
     llm_server.reset()
     third = run_flow(path)
     assert llm_server.counts["total"] == 0
-    assert skipped(third) == {"checklists": first["run_id"], "simulate": None, "judge": None}
+    assert skipped(third) == {"checklists": first["run_id"], "episodes": None, "judge": None}
     assert snapshot(wh) == before
 
     # replay=True runs every stage: all from the cache.
@@ -110,12 +110,12 @@ def test_a_stage_with_a_failed_call_keeps_no_memo(prefect_harness, llm_server, w
     del llm_server.scripts["safety_judge"]
     llm_server.reset()
     second = run_flow(path)
-    assert skipped(second) == {"checklists": first["run_id"], "simulate": first["run_id"],
+    assert skipped(second) == {"checklists": first["run_id"], "episodes": first["run_id"],
                                "judge": None}
     assert llm_server.counts["safety_judge"] > 0 and not second["failures"]
     # Now every call succeeded: the third run skips the judge too.
     llm_server.reset()
     third = run_flow(path)
-    assert skipped(third) == {"checklists": first["run_id"], "simulate": first["run_id"],
+    assert skipped(third) == {"checklists": first["run_id"], "episodes": first["run_id"],
                               "judge": second["run_id"]}
     assert llm_server.counts["total"] == 0

@@ -148,7 +148,8 @@ def _report_with_long_turn(cfg, text: str):
     wh, run_id = build_synthetic(cfg.home_path, n_targets=1, n_queries=2)
     first = wh.query("SELECT conversation_id FROM conversations ORDER BY target, query_id, "
                      "condition = 'oracle' DESC, condition, length, flow_id LIMIT 1")[0]["conversation_id"]
-    wh.query("UPDATE turns SET content = ? WHERE conversation_id = ? AND role = 'assistant'", [text, first])
+    wh.query("UPDATE episode_turns SET content = ? WHERE episode_id = ? AND role = 'assistant'",
+             [text, first])
     t0 = time.perf_counter()
     folder = write_report(cfg, run_id)
     return folder / "report.html", time.perf_counter() - t0

@@ -11,6 +11,7 @@ import datetime as dt
 
 import pytest
 
+from tests.factories import carryon_rows
 from warehouse import Warehouse
 
 T, F, N = True, False, None
@@ -87,8 +88,8 @@ def _rows(conversations=None, queries=None):
                            "model_turn": k, "score": score})
             safety.append({"judgment_set_id": "sa-old", "conversation_id": cid, "position": asst_pos,
                            "model_turn": k, "score": 5})
-    return [("queries", queries), ("judgment_sets", sets), ("conversations", convs),
-            ("turns", turns), ("item_judgments", items), ("safety_judgments", safety)]
+    return carryon_rows([("queries", queries), ("judgment_sets", sets), ("conversations", convs),
+                         ("turns", turns), ("item_judgments", items), ("safety_judgments", safety)])
 
 
 @pytest.fixture

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from warehouse import Warehouse, WarehouseError
-from warehouse.schema import Conversation, Turn
+from warehouse.schema import Episode, EpisodeTurn
 
 
 @pytest.fixture
@@ -16,64 +17,67 @@ def wh(tmp_path):
     return Warehouse(tmp_path / "w.duckdb").init()
 
 
-def conv(cid, status="completed"):
-    return {"conversation_id": cid, "target": "t", "query_id": "q", "flow_id": "pushback",
-            "condition": "NC", "length": 4, "n_moves": 1, "status": status}
+def ep(eid, status="completed"):
+    return {"episode_id": eid, "benchmark": "b", "item_id": "q", "condition": "NC",
+            "target": "t", "user_policy": "scripted", "status": status,
+            "termination": "turn_cap", "n_turns": 4}
 
 
 def test_tables_exist_with_natural_keys(wh):
     tables = {r["table_name"] for r in wh.query("SELECT table_name FROM information_schema.tables")}
-    for name in ("runs", "llm_calls", "queries", "conversations", "turns", "item_judgments",
-                 "safety_judgments", "checklist_items", "judgment_sets"):
+    for name in ("runs", "llm_calls", "queries", "episodes", "episode_turns", "item_judgments",
+                 "safety_judgments", "checklist_items", "judgment_sets",
+                 "conversations", "turns"):  # the last two: CarryOnBench's views
         assert name in tables
     wh.init()  # idempotent
 
 
 def test_upsert_replaces_rather_than_duplicates(wh):
-    wh.write(Conversation, [conv("a"), conv("b")])
-    wh.write(Conversation, [conv("a", status="target_error")])
-    rows = wh.query("SELECT conversation_id, status FROM conversations ORDER BY 1")
-    assert rows == [{"conversation_id": "a", "status": "target_error"},
-                    {"conversation_id": "b", "status": "completed"}]
+    wh.write(Episode, [ep("a"), ep("b")])
+    wh.write(Episode, [ep("a", status="target_error")])
+    rows = wh.query("SELECT episode_id, status FROM episodes ORDER BY 1")
+    assert rows == [{"episode_id": "a", "status": "target_error"},
+                    {"episode_id": "b", "status": "completed"}]
 
 
 def test_repeated_key_within_one_batch_keeps_the_last(wh):
-    wh.write(Conversation, [conv("a"), conv("a", status="context_exceeded")])
-    assert wh.query("SELECT status FROM conversations") == [{"status": "context_exceeded"}]
+    wh.write(Episode, [ep("a"), ep("a", status="context_exceeded")])
+    assert wh.query("SELECT status FROM episodes") == [{"status": "context_exceeded"}]
 
 
 def test_a_field_only_later_rows_set_is_kept(wh):
     # pyarrow takes a batch's columns from its first row; the write must not drop the
     # fields that only later rows carry.
-    wh.write(Conversation, [conv("a"), {**conv("b"), "n_blocked": 2, "error": "x"}])
-    rows = wh.query("SELECT conversation_id, n_blocked, error FROM conversations ORDER BY 1")
-    assert rows == [{"conversation_id": "a", "n_blocked": None, "error": None},
-                    {"conversation_id": "b", "n_blocked": 2, "error": "x"}]
+    wh.write(Episode, [ep("a"), {**ep("b"), "script": "pushback", "error": "x"}])
+    rows = wh.query("SELECT episode_id, script, error FROM episodes ORDER BY 1")
+    assert rows == [{"episode_id": "a", "script": None, "error": None},
+                    {"episode_id": "b", "script": "pushback", "error": "x"}]
 
 
 def test_write_many_is_all_or_nothing(wh):
-    good = [conv("a")]
-    bad_turns = [{"conversation_id": "a", "position": 0}]  # missing NOT NULL columns
-    with pytest.raises(duckdb.ConstraintException, match=r'NOT NULL constraint failed: turns\."role"'):
-        wh.write_many([(Conversation, good), (Turn, bad_turns)])
-    assert wh.count(Conversation) == 0
+    good = [ep("a")]
+    bad_turns = [{"episode_id": "a", "position": 0}]  # missing NOT NULL columns
+    with pytest.raises(duckdb.ConstraintException,
+                       match=r'NOT NULL constraint failed: episode_turns\."role"'):
+        wh.write_many([(Episode, good), (EpisodeTurn, bad_turns)])
+    assert wh.count(Episode) == 0
 
 
 def test_delete_then_insert_replaces_a_slice(wh):
-    turn = lambda cid, pos: {"conversation_id": cid, "position": pos, "role": "user", "model_turn": 1,
-                             "move": "query", "content": "x"}
-    wh.write(Turn, [turn("a", 0), turn("a", 1), turn("a", 2), turn("b", 0)])
-    wh.write(Turn, [turn("a", 0)], delete=("conversation_id = ?", ["a"]))
-    assert wh.query("SELECT conversation_id, position FROM turns ORDER BY 1, 2") == [
-        {"conversation_id": "a", "position": 0}, {"conversation_id": "b", "position": 0}]
+    turn = lambda eid, pos: {"episode_id": eid, "position": pos, "role": "user", "model_turn": 1,
+                             "content": "x"}
+    wh.write(EpisodeTurn, [turn("a", 0), turn("a", 1), turn("a", 2), turn("b", 0)])
+    wh.write(EpisodeTurn, [turn("a", 0)], delete=("episode_id = ?", ["a"]))
+    assert wh.query("SELECT episode_id, position FROM episode_turns ORDER BY 1, 2") == [
+        {"episode_id": "a", "position": 0}, {"episode_id": "b", "position": 0}]
 
 
 def test_bulk_write_is_fast_enough_for_a_stage(wh):
-    rows = [{"conversation_id": f"c{i}", "position": 1, "role": "assistant", "model_turn": 1,
-             "move": "query", "content": "x" * 50} for i in range(20000)]
+    rows = [{"episode_id": f"c{i}", "position": 1, "role": "assistant", "model_turn": 1,
+             "content": "x" * 50} for i in range(20000)]
     t0 = dt.datetime.now()
-    wh.write(Turn, rows)
-    assert wh.count(Turn) == 20000
+    wh.write(EpisodeTurn, rows)
+    assert wh.count(EpisodeTurn) == 20000
     assert (dt.datetime.now() - t0).total_seconds() < 20  # ORM row-by-row would take far longer
 
 
@@ -128,3 +132,26 @@ def test_a_merge_keeps_the_benchmarks_views_of_its_sources(tmp_path):
     views = {n for (n,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     assert {"clarify_summary", "osi_summary", "model_summary", "episode_verdicts"} <= views
     assert con.execute("SELECT count(*) FROM clarify_summary").fetchone() == (0,)
+
+
+def test_a_merge_refuses_a_source_an_older_version_wrote_until_it_is_opened(tmp_path):
+    # A source is attached read-only: one whose CarryOnBench conversations are still tables
+    # (written before they were episodes) would lose them in the merge, so it is refused
+    # with what to do; opened once by this version (migrated), it merges.
+    import tarfile
+
+    import tasks.bench  # noqa: F401  (registers the benchmarks' migrations)
+    from warehouse.merge import MergeError, merge_warehouses
+
+    home = tmp_path / "old"
+    with tarfile.open(Path(__file__).parent / "fixtures" / "compat_home" / "home.tar.gz") as tar:
+        tar.extractall(home, filter="data")
+    shard = home / "warehouse.duckdb"
+    with pytest.raises(MergeError, match=r"old/warehouse.duckdb: written by an older version "
+                                         r"\(table conversations is now a view\): open its home"):
+        merge_warehouses(tmp_path / "m.duckdb", [shard])
+    assert not (tmp_path / "m.duckdb").exists()
+    n = Warehouse(shard).init().count("conversations")
+    assert n > 0
+    merge_warehouses(tmp_path / "m.duckdb", [shard])
+    assert Warehouse(tmp_path / "m.duckdb").count("conversations") == n

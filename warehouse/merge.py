@@ -18,7 +18,7 @@ import duckdb
 from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
-from warehouse.store import Warehouse, WarehouseError
+from warehouse.store import Warehouse, WarehouseError, legacy_tables
 
 WAREHOUSE_FILE = "warehouse.duckdb"
 
@@ -153,6 +153,14 @@ def _plan(con, aliases: list[tuple[str, Path]]) -> list[tuple[str, list[str], st
     plan = []
     for alias, path in aliases:
         have = _source_columns(con, alias)
+        base = {n for (n,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? "
+            "AND table_type = 'BASE TABLE'", [alias]).fetchall()}
+        older = sorted(base & set(legacy_tables()))
+        if older:  # its rows would be left behind: it must move them to today's tables first
+            raise MergeError(f"{path}: written by an older version (table {older[0]} is now a "
+                             "view): open its home once with this version (any carryon command, "
+                             "e.g. carryon sql \"SELECT 1\" --config <its config>), then merge")
         for t in tables():
             if t.name not in have:
                 continue  # an older or partial warehouse without this stage's tables

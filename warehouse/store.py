@@ -186,6 +186,11 @@ class Warehouse:
         with self.connect() as con:
             return con.execute(sql, params or []).df()
 
+    @staticmethod
+    def columns(table: str) -> list[str]:
+        """A table's columns, in the shipped schema's order."""
+        return [c["name"] for c in shipped_schema()["tables"][table]["columns"]]
+
     def count(self, table) -> int:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
 
@@ -214,6 +219,21 @@ def on_init(hook) -> None:
 # Callables returning SQL texts of views to (re)create after this package's own views: the
 # benchmarks' metric views, which live beside their specs (tasks/bench.py registers them).
 _VIEW_SOURCES: list = []
+
+
+# Callables naming tables an older version wrote that a migration (an init hook) moves to
+# today's tables: a merge refuses a source that still has them (it is attached read-only).
+_LEGACY_SOURCES: list = []
+
+
+def on_legacy(source) -> None:
+    """Register ``source() -> list[str]`` of such table names."""
+    if source not in _LEGACY_SOURCES:
+        _LEGACY_SOURCES.append(source)
+
+
+def legacy_tables() -> list[str]:
+    return [t for source in _LEGACY_SOURCES for t in source()]
 
 
 def on_views(source) -> None:

@@ -21,7 +21,7 @@ def data(config: str = ConfigOpt, json_out: bool = typer.Option(False, "--json")
 
     try:
         cfg = load_config(config)
-        lines, rows, count = cfg.spec.play_stage().listing(cfg, limit)
+        lines, rows, count = cfg.spec.work_stage().listing(cfg, limit)
     except (ConfigError, DataError) as e:
         _fail(str(e))
     if json_out:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.engine.items import Item
+from tasks.engine.keys import SharedCalls, keys_of
 from tasks.targets import Seat, seats
 from tasks.users.move_checker import CHECKER_ROLE
 from tasks.users.base import (
@@ -46,10 +47,21 @@ def episode_id(benchmark: str, target: str, item_id: str, condition: str,
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
 
 
-def plans_for(user, item: Item, condition: ConditionSpec, seed: int) -> list[tuple[str, ...]]:
-    """The scripts an item is played with (one episode each); the empty script by default."""
+def episode_key(keys, benchmark: str, target: str, item_id: str, condition: str,
+                plan: tuple[str, ...] = ()) -> str:
+    """An episode's id under the run's key scheme (tasks/engine/keys.py ``keys_of``)."""
+    if keys is not None:
+        return keys.episode_id(target, item_id, condition, plan)
+    return episode_id(benchmark, target, item_id, condition, plan)
+
+
+def plans_for(user, item: Item, condition: ConditionSpec, seed: int,
+              scripts=None) -> list[tuple[str, ...]]:
+    """The scripts an item is played with (one episode each); the empty script by default.
+    ``scripts``: the config's ``scripts:`` section (lengths and counts a script may leave to
+    the config)."""
     fn = getattr(user, "plans", None)
-    return [tuple(p) for p in fn(item, condition, seed)] if fn else [()]
+    return [tuple(p) for p in fn(item, condition, seed, scripts)] if fn else [()]
 
 
 def replayed_prefix(user, item: Item, condition: ConditionSpec,
@@ -95,7 +107,7 @@ def stop_reason(bench: BenchmarkSpec, state: EpisodeState) -> str | None:
 async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: ConditionSpec,
                seat: Seat, run_id: str | None = None, plan: tuple[str, ...] = ()) -> Played:
     user = bench.user(condition)
-    eid = episode_id(bench.name, seat.name, item.item_id, condition.name, plan)
+    eid = episode_key(env.keys, bench.name, seat.name, item.item_id, condition.name, plan)
     first = opening(item, condition)
     assert first is not None, "episodes are built only for conditions the item has"
     transcript = [{"role": "user", "content": first}]
@@ -159,6 +171,13 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
                       "call_hash": nxt.call_hash, "blocked": None, "act": None,
                       "act_call_hash": None, "aside": None})
         transcript.append({"role": "user", "content": nxt.content})
+    if status == "completed" and env.move_check is not None and env.move_check.exclude_failing:
+        failed = [c for c in checks if c["kept"] and c["passed"] is False]
+        if failed:  # a user turn still failed its check: out of the metric views
+            c = failed[0]
+            status, error_hash = "move_check_failed", c["call_hash"]
+            error = (f"move_check_failed: user turn {c['position'] // 2 + 1} ({c['move']}) "
+                     f"failed the move check after {c['attempt']} resample(s)")
     row = {"episode_id": eid, "benchmark": bench.name, "item_id": item.item_id,
            "condition": condition.name, "target": seat.name, "user_policy": condition.user,
            "script": ">".join(plan) if plan else None,
@@ -174,7 +193,7 @@ def run_seats(cfg) -> list[Seat]:
 
 
 def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list[Seat],
-                  seed: int = 0) -> tuple[list, dict]:
+                  seed: int = 0, scripts=None) -> tuple[list, dict]:
     """(item, condition, seat, script) for every condition an item has and every script its
     user plays, item-major; and the count of (item, condition) pairs skipped because the item
     lacks the condition's prompt."""
@@ -184,7 +203,7 @@ def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list[Seat],
             if opening(item, cond) is None:
                 skipped[cond.name] = skipped.get(cond.name, 0) + 1
                 continue
-            for plan in plans_for(bench.user(cond), item, cond, seed):
+            for plan in plans_for(bench.user(cond), item, cond, seed, scripts):
                 out.extend((item, cond, t, plan) for t in targets)
     return out, skipped
 
@@ -192,31 +211,70 @@ def plan_episodes(bench: BenchmarkSpec, items: list[Item], targets: list[Seat],
 async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     """Play a batch of episodes and write them (one transaction; an episode's earlier turns
     are replaced, so a shorter replay leaves no stale turn). Returns counts."""
-    env = PolicyEnv(ctx.gateway, ctx.config, move_check=move_check_of(ctx.config))
+    keys = keys_of(bench, ctx.config)
+    # Under prefix keys a batch makes each distinct call once (tasks/engine/keys.py).
+    gateway = SharedCalls(ctx.gateway) if keys is not None else ctx.gateway
+    env = PolicyEnv(gateway, ctx.config, keys=keys, move_check=move_check_of(ctx.config))
     played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id, plan)
                                     for item, cond, t, plan in work))
-    ids = [p.episode["episode_id"] for p in played]
-    ctx.warehouse.write_many([
-        ("episodes", [p.episode for p in played], None),
-        ("episode_turns", [t for p in played for t in p.turns],
-         ("list_contains(?, episode_id)", [ids])),
-        # The move checker's verdicts, keyed by the episode's id.
-        ("move_checks", [{"conversation_id": p.episode["episode_id"], **c}
-                         for p in played for c in p.checks],
-         ("list_contains(?, conversation_id)", [ids])),
-    ])
+    checks = {p.episode["episode_id"]: [{"conversation_id": p.episode["episode_id"], **c}
+                                        for c in p.checks] for p in played}
+    with ctx.warehouse.connect():  # one attachment for the comparison and the write
+        kept = unchanged(ctx.warehouse, played, checks)
+        new = [p for p in played if p.episode["episode_id"] not in kept]
+        ids = [p.episode["episode_id"] for p in new]
+        ctx.warehouse.write_many([
+            ("episodes", [p.episode for p in new], None),
+            ("episode_turns", [t for p in new for t in p.turns],
+             ("list_contains(?, episode_id)", [ids])),
+            # The move checker's verdicts, keyed by the episode's id.
+            ("move_checks", [c for i in ids for c in checks[i]],
+             ("list_contains(?, conversation_id)", [ids])),
+        ])
     status = Counter(p.episode["status"] for p in played)
     term = Counter(p.episode["termination"] for p in played)
     errors = [p.episode["error"] for p in played if p.episode["error"]]
-    return {"episodes": len(played), "status": dict(status), "termination": dict(term),
-            "turns": sum(len(p.turns) for p in played), "errors": errors}
+    out = {"episodes": len(played), "status": dict(status), "termination": dict(term),
+           "turns": sum(len(p.turns) for p in played),
+           "blocked_turns": sum(bool(t["blocked"]) for p in played for t in p.turns),
+           "errors": errors}
+    if env.move_check is not None:  # episodes with a kept user turn that failed its check
+        out["move_check_failed"] = sum(any(c["kept"] and c["passed"] is False for c in p.checks)
+                                       for p in played)
+    return out
+
+
+def unchanged(wh, played: list[Played], checks: dict[str, list[dict]]) -> set[str]:
+    """The ids of the played episodes whose stored rows (episode, turns, move checks) are
+    exactly these but for ``run_id``: a rerun that replayed them from the cache leaves them as
+    they are, with the id of the run that wrote them (rewriting them was most of a cached
+    rerun's play time at the paper's volume)."""
+    ids = [p.episode["episode_id"] for p in played]
+    if not ids:
+        return set()
+    tables = (("episodes", "episode_id", lambda p: [p.episode]),
+              ("episode_turns", "episode_id", lambda p: p.turns),
+              ("move_checks", "conversation_id", lambda p: checks[p.episode["episode_id"]]))
+    stored: dict[str, set] = {}
+    new: dict[str, set] = {i: set() for i in ids}
+    for table, key, rows_of in tables:
+        cols = [c for c in wh.columns(table) if c != "run_id"]
+        sel = ", ".join(f'"{c}"' for c in cols)
+        for r in wh.query(f"SELECT {sel} FROM {table} WHERE list_contains(?, {key})", [ids]):
+            stored.setdefault(r[key], set()).add((table, *(r[c] for c in cols)))
+        for p in played:
+            new[p.episode["episode_id"]] |= {(table, *(row.get(c) for c in cols))
+                                             for row in rows_of(p)}
+    return {i for i in ids if new[i] == stored.get(i)}
 
 
 def move_check_of(cfg) -> MoveCheck | None:
-    """The run's move check: ``models.move_checker`` with ``move_check.max_resamples``; None
+    """The run's move check: ``models.move_checker`` with ``move_check.max_resamples`` and
+    ``exclude_failing``; None
     when the config sets no checker (a user policy that checks its turns then does not)."""
     checkers = cfg.role_specs(CHECKER_ROLE)
-    return MoveCheck(checkers[0], cfg.move_check.max_resamples) if checkers else None
+    mc = cfg.move_check
+    return MoveCheck(checkers[0], mc.max_resamples, mc.exclude_failing) if checkers else None
 
 
 def merge_counts(parts: list[dict]) -> dict:
@@ -225,8 +283,12 @@ def merge_counts(parts: list[dict]) -> dict:
     for p in parts:
         status.update(p["status"])
         term.update(p["termination"])
-    return {"episodes": sum(p["episodes"] for p in parts), "turns": sum(p["turns"] for p in parts),
-            "status": dict(status), "termination": dict(term)}
+    out = {"episodes": sum(p["episodes"] for p in parts), "turns": sum(p["turns"] for p in parts),
+           "blocked_turns": sum(p.get("blocked_turns", 0) for p in parts),
+           "status": dict(status), "termination": dict(term)}
+    if any("move_check_failed" in p for p in parts):
+        out["move_check_failed"] = sum(p.get("move_check_failed", 0) for p in parts)
+    return out
 
 
 def stored_episode_ids(wh, ids: list[str]) -> set[str]:

@@ -89,8 +89,11 @@ def check_source(loader_name: str, source: str, path, items: list[Item]) -> None
 
 
 def select_items(cfg, limit: int | None = None) -> list[Item]:
-    """The items a run uses: file order, the first ``min(dataset.limit, limit)``."""
-    rows = load_items(cfg)
+    """The items a run uses: file order, the first ``min(dataset.limit, limit)``. A loader
+    that selects by more of the config's ``dataset:`` section than its file (CarryOnBench's:
+    excluded categories, a minimum safe rate) registers ``select(cfg, limit)``."""
+    select = registry.lookup("loader", cfg.spec.loader).meta.get("select")
+    rows = select(cfg, limit) if select is not None else load_items(cfg)
     dup = sorted(i for i, n in Counter(r.item_id for r in rows).items() if n > 1)
     if dup:
         first = next(r for r in rows if r.item_id == dup[0])
@@ -109,6 +112,19 @@ def run_items(ctx) -> list[Item]:
     """The items of this run and shard."""
     return [r for r in select_items(ctx.config, ctx.limit)
             if in_shard(r.item_id, ctx.shard_index, ctx.shard_count)]
+
+
+def prepare_items(ctx, items: list[Item]) -> tuple[list[Item], dict[str, str]]:
+    """The items as the spec's prepare stages left them: each stage that defines
+    ``prepared(ctx, items) -> (items, {item_id: reason})`` keeps the items it prepared, with
+    what it built added (CarryOnBench's checklists stage: the benign intent and the oracle
+    prompt), and says why it left out the others. Play and judging read items through this."""
+    left: dict[str, str] = {}
+    for stage in ctx.config.spec.stage_objects():
+        if stage.phase == "prepare" and hasattr(stage, "prepared"):
+            items, out = stage.prepared(ctx, items)
+            left.update(out)
+    return items, left
 
 
 def store_items(wh, benchmark: str, items: list[Item], run_id: str | None = None) -> int:

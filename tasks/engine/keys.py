@@ -14,10 +14,17 @@ which episodes share an answer, and a rerun replays each one from the cache. Two
 
 A user turn that fails the move check is sampled again under ``resample_key`` (derived from
 the turn's own key, so it stays a function of the prefix).
+
+A spec chooses the scheme (``sample_keys: {by: prefix, oracle: <condition>}``; unset: by
+transcript), and with it how its episodes are named: under prefix keys an episode's id is
+its conversation's (``conversation_id``: target, item, script), and episodes of one batch make
+each distinct call once (``SharedCalls``), so a prefix is played once and a failure in it
+ends every episode through it alike.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
@@ -76,6 +83,10 @@ class PrefixKeys:
         flow = ORACLE if state.condition.name == self.oracle else flow_id(state.plan)
         return conversation_sample_key(role, conversation_id(state.target, qid, flow), position)
 
+    def episode_id(self, target: str, item_id: str, condition: str, plan: tuple) -> str:
+        """The episode's id: its conversation's (the oracle's script is ``oracle``)."""
+        return conversation_id(target, item_id, ORACLE if condition == self.oracle else flow_id(plan))
+
     def target(self, seat, state) -> str:
         """The key of the target's next answer (``state.model_turns`` answers so far)."""
         if state.condition.name == self.oracle:
@@ -87,3 +98,30 @@ class PrefixKeys:
         """The key of the user turn that plays move ``script[model_turns - 1]``."""
         prefix = list(state.plan[:state.model_turns])
         return self._key(SIMULATOR_ROLE, state, prefix, 2 * len(prefix))
+
+
+def keys_of(spec, cfg) -> PrefixKeys | None:
+    """The run's key scheme: the spec's ``sample_keys`` with the config's
+    ``scripts.share_prefix``; None (by transcript) when the spec sets none."""
+    keys = spec.sample_keys
+    return None if keys is None else PrefixKeys(cfg.scripts.share_prefix, keys.oracle)
+
+
+class SharedCalls:
+    """The gateway, but each distinct chat call is made once while this object lives (one
+    batch of episodes): episodes through a common prefix await the same answer, or the same
+    failure, as a prefix tree would give them."""
+
+    def __init__(self, gateway):
+        self._gw, self._calls = gateway, {}
+
+    async def chat(self, spec, role, messages, *, schema=None, sample_key=None, live=False):
+        key = (role, self._gw.chat_key(spec, messages, schema, sample_key), live)
+        task = self._calls.get(key)
+        if task is None:
+            task = self._calls[key] = asyncio.ensure_future(self._gw.chat(
+                spec, role, messages, schema=schema, sample_key=sample_key, live=live))
+        return await task
+
+    def __getattr__(self, name):
+        return getattr(self._gw, name)

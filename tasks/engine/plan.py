@@ -44,7 +44,7 @@ def make_plan(cfg, limit: int | None = None,
               key_warnings: bool = True) -> tuple[list[dict], list[str]]:
     """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines,
     which ask litellm (a 6 s import): the report's cost section reads the rows only."""
-    rows, notes = cfg.spec.play_stage().plan(cfg, limit)
+    rows, notes = cfg.spec.work_stage().plan(cfg, limit)
     return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
 
 
@@ -72,7 +72,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     items = select_items(cfg, limit)
     seats = run_seats(cfg)
     targets = [s.model for s in seats if s.model is not None]
-    work, skipped = plan_episodes(spec, items, seats, cfg.seed)
+    work, skipped = plan_episodes(spec, items, seats, cfg.seed, cfg.scripts)
     n_eps = len(work)
     # A scripted episode's length is its script's (plus the opening exchange); a seat without
     # a model (a deterministic policy) makes no call.

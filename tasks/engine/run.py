@@ -108,10 +108,10 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
 
 def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     check_folders(cfg)
-    # A bad dataset file fails here, naming file, row and field (the play stage selects the
+    # A bad dataset file fails here, naming file, row and field (the work stage selects the
     # run's work for every model stage).
     if any(cfg.spec.stage(s).phase != "report" for s in stages):
-        work = cfg.spec.play_stage().select(cfg, limit)
+        work = cfg.spec.work_stage().select(cfg, limit)
         # What a judge needs of an item (Ben-Util: its checklist) fails here too, before
         # anything is played (JudgeError names the item and the field).
         checks = [j.check_item for _, j in cfg.spec.judge_objects() if hasattr(j, "check_item")]

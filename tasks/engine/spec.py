@@ -6,6 +6,8 @@ components and checking their arguments is tasks/bench.py's ``load_spec``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
                       model_validator)
 
@@ -92,12 +94,32 @@ class ConditionSpec(_Strict):
         return data
 
 
+class MigrateSpec(_Strict):
+    """SQL beside the spec that brings a warehouse written by an older version to today's
+    storage, run once by Warehouse.init() while ``when_table`` is still a table there."""
+
+    file: str
+    when_table: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+
+
 class ViewsSpec(_Strict):
     """A benchmark's own metric views: a SQL file beside the spec whose ``{{benchmark}}`` and
-    ``{{prefix}}`` are the benchmark's name and its views' name prefix."""
+    ``{{prefix}}`` are the benchmark's name and its views' name prefix; ``migrate``: how an
+    older home's rows reach the tables the views now read."""
 
     file: str = "views.sql"
     prefix: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    migrate: MigrateSpec | None = None
+
+
+class SampleKeysSpec(_Strict):
+    """How the play loop keys its sampled calls and names its episodes (tasks/engine/keys.py).
+    ``prefix``: by (target, item, the script's moves so far), the condition named ``oracle``
+    (one turn, no script) keyed as the oracle; the config's ``scripts.share_prefix`` says
+    whether episodes through a common prefix share its samples. Unset: by transcript."""
+
+    by: Literal["prefix"]
+    oracle: str
 
 
 class BenchmarkSpec(_Strict):
@@ -121,6 +143,7 @@ class BenchmarkSpec(_Strict):
     judges: list[str] = Field(default_factory=list)  # registered judges
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
+    sample_keys: SampleKeysSpec | None = None  # unset: sampled calls keyed by transcript
     # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
     args: dict[str, dict] = Field(default_factory=dict)
     source_path: str | None = Field(None, exclude=True)
@@ -192,10 +215,35 @@ class BenchmarkSpec(_Strict):
                              f"{self.stages} runs judges (the engine's is verdicts)")
         for o in objs:
             o.check(self)
+        if self.sample_keys is not None:
+            self._check_prefix_keys()
+
+    def _check_prefix_keys(self) -> None:
+        # Prefix keys name an episode by its script (the oracle's by "oracle"): every other
+        # condition needs a script, or two unscripted conditions would share their ids.
+        oracle = self.sample_keys.oracle
+        if oracle not in self.condition_names:
+            raise ValueError(f"sample_keys.oracle: no condition {oracle!r}")
+        c = self.condition(oracle)
+        if c.script is not None or c.max_turns != 1:
+            raise ValueError(f"sample_keys.oracle: condition {oracle} must be one turn without "
+                             "a script")
+        bare = [c.name for c in self.conditions if c.name != oracle and c.script is None]
+        if bare:
+            raise ValueError(f"sample_keys: prefix keys need a script on every condition but "
+                             f"the oracle ({bare[0]} has none)")
 
     def play_stage(self):
-        """The stage that plays the run's work and defines it (select, rows, plan, listing)."""
+        """The stage that plays the episodes."""
         return next(o for o in self.stage_objects() if o.phase == "play")
+
+    def work_stage(self):
+        """The stage that defines the run's work (``select``, ``rows``, ``plan``,
+        ``listing``): a prepare stage that defines it (its work shapes every stage after it:
+        CarryOnBench's queries), else the play stage."""
+        return next((o for o in self.stage_objects()
+                     if o.phase == "prepare" and getattr(o, "defines_work", False)),
+                    self.play_stage())
 
     def stage(self, name: str):
         return self.component("stage", name)

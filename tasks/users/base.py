@@ -8,7 +8,7 @@ A policy module exposes ``POLICY``, an object with:
   turn, from the item (its hidden intent or slots), the condition, the transcript so far and,
   where the policy reads it, the target's last act;
 - ``calls(condition) -> dict[role, int]``: an upper bound on its calls per episode (the plan);
-- optionally ``plans(item, condition, seed) -> list[tuple[str, ...]]``: the scripts an item is
+- optionally ``plans(item, condition, seed, scripts) -> list[tuple[str, ...]]``: the scripts an item is
   played with under the condition (one episode each; e.g. the scripted user's move
   sequences). Without it, one episode with the empty script.
 
@@ -75,6 +75,9 @@ class MoveCheck:
 
     checker: object  # the move checker's resolved model
     max_resamples: int = 2
+    # A completed episode with a user turn that still failed gets the status
+    # move_check_failed (the metric views leave it out).
+    exclude_failing: bool = False
 
 
 @dataclass

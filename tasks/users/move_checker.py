@@ -7,8 +7,9 @@ does the message realise its move as Table 1 defines it, and does it reveal or h
 purpose or background? A turn passes when it realises its move and, for every move that is
 not a benign clarification (pushback, rephrasing, delaying, backchannel), reveals nothing.
 
-``tasks/benchmarks/carryon/simulate.py`` calls ``check_turn`` and resamples a failing turn (a new sample key) up to
-``move_check.max_resamples`` times. Verdicts are data: each attempt is a ``move_checks`` row; a
+The scripted user (tasks/users/scripted.py) calls ``check_turn`` and resamples a failing turn
+(a new sample key) up to ``move_check.max_resamples`` times; with ``move_check.exclude_failing``
+an episode whose kept turn still fails gets the status ``move_check_failed``. Verdicts are data: each attempt is a ``move_checks`` row; a
 checker call that fails leaves the turn unchecked (``passed`` NULL), never failed.
 """
 

@@ -4,14 +4,17 @@ CarryOnBench follows up its queries.
 
 A condition gives ``script: {group: BC | NC, lengths: [...], per_length: k}``; each item is
 played with the move sequences CarryOnBench's sampler draws for it (``tasks/users/scripts.py``,
-seeded by the config's seed and the item id), one episode per sequence. Each user turn is
+seeded by the config's seed and the item id), one episode per sequence. A script that gives
+neither ``lengths`` nor ``per_length`` takes them from the config's ``scripts:`` section
+(lengths, ``bc_per_length``, ``nc_per_length``), both groups drawn together as CarryOnBench
+draws them. Each user turn is
 written by the simulator from the move's template (``prompts/user/<move>.j2``) with the
 conversation so far; only benign-clarification moves see the item's benign intent
 (``item.hidden[script.intent]``, default ``intent``). When the script is spent the episode
 ends (``turn_cap``).
 
-CarryOnBench plays its conversations with this policy (tasks/benchmarks/carryon/simulate.py), with two of its
-rules as the policy's arguments and the run's settings:
+CarryOnBench plays its conversations with this policy (its spec's BC and NC conditions), with
+two of its rules as the policy's arguments and the run's settings:
 
 - ``after_block: continue``: a target turn the provider blocked is a refusal the user answers
   like any other (the engine's default, ``end``, closes the episode as answered);
@@ -58,14 +61,22 @@ class Scripted:
         # Read by the engine's play loop after a blocked target turn.
         self.continues_after_block = (args or ScriptedArgs()).after_block == "continue"
 
-    def plans(self, item, condition, seed: int) -> list[tuple[str, ...]]:
+    def plans(self, item, condition, seed: int, scripts=None) -> list[tuple[str, ...]]:
         s = condition.script
         if s is None:
             raise ValueError(f"condition {condition.name}: the scripted user needs a script")
-        scripts = sample_scripts(seed, item.item_id, s.lengths,
-                             bc_per_length=s.per_length if s.group == "BC" else 0,
-                             nc_per_length=s.per_length if s.group == "NC" else 0)
-        return [f.moves for f in scripts]
+        if scripts is not None and not s.model_fields_set & {"lengths", "per_length"}:
+            # A script that leaves its lengths and counts to the config's `scripts:` section
+            # is drawn as CarryOnBench draws them: both groups from one draw per length, the
+            # condition keeping its group's (so the BC and NC conditions of a spec never
+            # share a script).
+            drawn = sample_scripts(seed, item.item_id, tuple(scripts.lengths),
+                                   scripts.bc_per_length, scripts.nc_per_length)
+            return [f.moves for f in drawn if f.condition == s.group]
+        drawn = sample_scripts(seed, item.item_id, s.lengths,
+                               bc_per_length=s.per_length if s.group == "BC" else 0,
+                               nc_per_length=s.per_length if s.group == "NC" else 0)
+        return [f.moves for f in drawn]
 
     async def next(self, env, state):
         k = state.model_turns - 1  # the k-th follow-up move (turn 1 is the item's prompt)

@@ -12,16 +12,15 @@ from warehouse.schema.judging import (
 )
 from warehouse.schema.platform import LLMBatch, LLMCall, Run, StageMemo
 from warehouse.schema.report import Table2CI
-from warehouse.schema.simulation import Conversation, Turn
 from warehouse.schema.validation import (
     ValidationAnnotation, ValidationAssignment, ValidationSample, ValidationUnit,
 )
 
 __all__ = [
     "BenchCondition", "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet", "VerdictVote",
-    "Checklist", "ChecklistItem", "ChecklistQuery", "Conversation", "DecomposedItem",
+    "Checklist", "ChecklistItem", "ChecklistQuery", "DecomposedItem",
     "EnsembleAnswer", "GuardVerdict", "Intent", "ItemJudgment", "JudgeAgreement", "JudgedBatch", "JudgeVote",
     "JudgmentSet", "LLMBatch", "LLMCall",
-    "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "StageMemo", "Table2CI", "Turn",
+    "MergedItem", "MoveCheck", "Query", "Run", "SafetyJudgment", "StageMemo", "Table2CI",
     "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]

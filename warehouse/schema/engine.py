@@ -1,6 +1,6 @@
 """Tables of the episode engine: items, episodes, their turns, the move checker's verdicts on
-user turns, and judges' verdicts. CarryOnBench keeps its own tables (queries,
-conversations, turns, ...) beside them."""
+user turns, and judges' verdicts. Every benchmark's episodes are here (CarryOnBench's read
+as ``conversations`` and ``turns``, views beside its spec)."""
 
 from __future__ import annotations
 

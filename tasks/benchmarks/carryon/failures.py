@@ -52,27 +52,6 @@ def checklists_unbuilt(summaries: list[dict]) -> str | None:
             f"or dropped by a filter): {causes(reasons)}")
 
 
-def simulate_failure(wh, queries, ready, skipped: dict, by_status: dict, query_ids: list[str],
-                     targets: list[str]) -> str | None:
-    """Why the stage failed: it had queries but every one lacked its checklist because the
-    checklist stage's calls failed (the reasons are call errors), or it ran conversations and
-    none completed because their calls failed (target_error, simulator_error,
-    context_exceeded). None otherwise: queries skipped by a content decision (a guard verdict,
-    the misuse filter) or not built yet leave the stage with nothing to do, not failed."""
-    if queries and not ready:
-        reasons = [(r or "").removeprefix("no checklist: ").replace("no benign intent: ", "", 1)
-                   for r in skipped.values()]
-        return all_failed(len(queries), 0, reasons, every(len(queries), "query", "queries") + " skipped")
-    n = sum(by_status.values())
-    # Conversations the move checker excluded ran to their end: that is not a call failure.
-    if not n or by_status.get("completed", 0) or by_status.get("move_check_failed", 0):
-        return None
-    rows = wh.query("SELECT status, error FROM conversations WHERE list_contains(?, query_id) "
-                    "AND list_contains(?, target) AND status <> 'completed'", [query_ids, targets])
-    return all_failed(n, 0, [f"{r['status']}: {r['error']}" for r in rows],
-                      every(n, "conversation", "conversations") + " failed")
-
-
 def judge_failure(wh, plan) -> str | None:
     """Why the stage failed: for Ben-Util or safety, there were judgments to make and every
     one is unscored because its judge calls failed (an unscored verdict from a tie or a

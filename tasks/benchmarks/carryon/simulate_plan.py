@@ -96,13 +96,14 @@ def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
 NO_CHECKLIST_YET = "no checklist yet: run the checklists stage"
 
 
-def select_checklisted(wh, queries) -> tuple[list[dict], dict[str, str], dict[str, int]]:
+def select_checklisted(wh, queries, key=lambda q: q.query_id
+                       ) -> tuple[list[dict], dict[str, str], dict[str, int]]:
     """The queries that enter simulation: those with a current checklist (a ``checklists``
     row), with the benign intent their checklist was built from. Returns (ready, skipped,
     skipped_by_step): ``skipped`` maps each other query to its reason, "no checklist: <step>:
     <reason>" from ``checklist_queries``, or NO_CHECKLIST_YET; ``skipped_by_step`` counts them
     by step ("not built" for the latter)."""
-    ids = [q.query_id for q in queries]
+    ids = [key(q) for q in queries]
     if not ids:
         return [], {}, {}
     rows = wh.query(
@@ -112,10 +113,10 @@ def select_checklisted(wh, queries) -> tuple[list[dict], dict[str, str], dict[st
         "LEFT JOIN intents i USING (query_id) LEFT JOIN checklist_queries cq USING (query_id)", [ids])
     by_id = {r["query_id"]: r for r in rows}
     ready, skipped, by_step = [], {}, {}
-    for q in queries:
-        r = by_id.get(q.query_id) or {}
+    for q, qid in zip(queries, ids):
+        r = by_id.get(qid) or {}
         if r.get("has_checklist") and r.get("intent") is not None:
-            ready.append({"query_id": q.query_id, "query": q.query, "intent": r["intent"],
+            ready.append({"query_id": qid, "intent": r["intent"],
                           "oracle_prompt": r["oracle_prompt"]})
             continue
         if r.get("step"):
@@ -124,7 +125,7 @@ def select_checklisted(wh, queries) -> tuple[list[dict], dict[str, str], dict[st
             step, reason = "intent", "no checklist: intent: no benign intent stored"
         else:
             step, reason = "not built", NO_CHECKLIST_YET
-        skipped[q.query_id] = reason
+        skipped[qid] = reason
         by_step[step] = by_step.get(step, 0) + 1
     return ready, skipped, by_step
 

@@ -48,6 +48,41 @@
 --     each name its part, 'oracle' (the oracle prompt) or the move group 'BC' / 'NC' of its
 --     scripts; model_summary reads the parts, so a renamed condition keeps its place.
 
+-- CarryOnBench's conversations are the engine's episodes of this benchmark (played by the
+-- episodes stage under prefix keys, so an episode's id is its conversation's id): read as
+-- the conversations and turns users have queried since the first release. A conversation's
+-- flow_id is its script (the moves joined by '>'; 'oracle' for the oracle's), its length the
+-- turns of both sides the script makes (2 for the oracle), a turn's move the one it answers
+-- ('query' for turn 1). move_check_failed: NULL without move checks, else whether a kept
+-- user turn failed its check; n_blocked: the target turns the provider blocked.
+CREATE OR REPLACE VIEW conversations AS
+WITH checks AS (
+    SELECT conversation_id, bool_or(coalesce(kept AND passed = false, false)) AS failed
+    FROM move_checks GROUP BY conversation_id
+), blocked AS (
+    SELECT episode_id, count(*) FILTER (WHERE blocked) AS n FROM episode_turns GROUP BY episode_id
+)
+SELECT e.episode_id AS conversation_id, e.target, e.item_id AS query_id,
+       coalesce(e.script, 'oracle') AS flow_id, e.condition,
+       CAST(CASE WHEN e.script IS NULL THEN 2
+                 ELSE 2 * (len(string_split(e.script, '>')) + 1) END AS INTEGER) AS length,
+       CAST(CASE WHEN e.script IS NULL THEN 0 ELSE len(string_split(e.script, '>')) END AS INTEGER)
+           AS n_moves,
+       e.status, e.error, e.error_call_hash, e.n_turns, e.run_id,
+       mc.failed AS move_check_failed, CAST(coalesce(b.n, 0) AS INTEGER) AS n_blocked
+FROM episodes e
+LEFT JOIN checks mc ON mc.conversation_id = e.episode_id
+LEFT JOIN blocked b ON b.episode_id = e.episode_id
+WHERE e.benchmark = '{{benchmark}}';
+
+CREATE OR REPLACE VIEW turns AS
+SELECT t.episode_id AS conversation_id, t.position, t.role, t.model_turn,
+       CASE WHEN e.script IS NULL THEN 'oracle' WHEN t.model_turn = 1 THEN 'query'
+            ELSE string_split(e.script, '>')[t.model_turn - 1] END AS move,
+       t.content, t.call_hash, t.blocked
+FROM episode_turns t JOIN episodes e USING (episode_id)
+WHERE e.benchmark = '{{benchmark}}';
+
 -- R12: CarryOnBench's conditions as its spec names them, and the part each one plays.
 CREATE OR REPLACE VIEW carryon_conditions AS
 SELECT condition, CASE WHEN prompt = 'oracle' THEN 'oracle' ELSE script_group END AS part

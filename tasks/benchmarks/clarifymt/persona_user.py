@@ -179,7 +179,7 @@ class StaticPrefix:
     def __init__(self, args: StaticArgs | None = None):
         self.args = args or StaticArgs()
 
-    def plans(self, item, condition, seed) -> list[tuple[str, ...]]:
+    def plans(self, item, condition, seed, scripts=None) -> list[tuple[str, ...]]:
         stored = len(item.hidden.get("prefix") or []) // 2
         return [(f"depth{d}",) for d in sorted(self.args.depths) if d - 1 <= stored]
 
