@@ -2,7 +2,7 @@
 """Mutation check for the metric code: do the tests fail when a number is wrong?
 
 Applies known-bad edits ("mutants"), one at a time, to tasks/benchmarks/carryon/views.sql,
-tasks/report/analyses.py, tasks/gateway/keys.py and the files in TESTS below (the gateway's
+tasks/benchmarks/carryon/report/analyses.py, tasks/gateway/keys.py and the files in TESTS below (the gateway's
 own key, the validation report's harmful boundary, multi-span scoring, the paper comparison,
 the sister benchmarks' views and the regret judge),
 runs the tests that cover the mutated file, and prints which tests caught each mutant (or SURVIVED). Every mutant must be caught.
@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWS, ANALYSES, KEYS = ("tasks/benchmarks/carryon/views.sql", "tasks/report/analyses.py",
+VIEWS, ANALYSES, KEYS = ("tasks/benchmarks/carryon/views.sql", "tasks/benchmarks/carryon/report/analyses.py",
                          "tasks/gateway/keys.py")
-FM = "tasks/report/failure_modes.py"
+FM = "tasks/benchmarks/carryon/report/failure_modes.py"
 GATEWAY, VALIDATION = "tasks/gateway/client.py", "tasks/validation/report.py"
 PACIFIC, REFERENCE = "tasks/benchmarks/clarify/loader.py", "tasks/judges/reference.py"
-PAPER = "tasks/report/paper_compare.py"
+PAPER = "tasks/benchmarks/carryon/report/paper_compare.py"
 # The sister benchmarks' metric code (docs/benchmarks.md).
 CLARIFY_V, OSI_V = "tasks/benchmarks/clarify/views.sql", "tasks/benchmarks/opensafeintent/views.sql"
 EYT_V, CMT_V = "tasks/benchmarks/eyt/views.sql", "tasks/benchmarks/clarifymt/views.sql"
@@ -156,7 +156,7 @@ MUTANTS = [
     M("judgment_set_oldest", VIEWS,
       "js.created DESC", "js.created ASC",
       "R1: the oldest judgment set instead of the latest"),
-    # ----- tasks/report/analyses.py --------------------------------------------------------------
+    # ----- tasks/benchmarks/carryon/report/analyses.py -----------------------------------------------
     M("turn1_bin_threshold_0.6", ANALYSES,
       "turn1 <= 0.5 * oracle", "turn1 <= 0.6 * oracle",
       "partial = Turn 1 <= 60 % of the oracle instead of 50 %"),
@@ -194,7 +194,7 @@ MUTANTS = [
       "WHERE c.status = 'completed'\n  AND c.query_id IN (SELECT query_id FROM checklisted_queries);  -- R11",
       "WHERE c.status = 'completed';",
       "queries without a checklist enter conversation_scores (harm over more queries than utility)"),
-    # ----- tasks/report/failure_modes.py ---------------------------------------------------------
+    # ----- tasks/benchmarks/carryon/report/failure_modes.py ------------------------------------------
     M("failure_unsafe_strict", FM,
       "hb - ht >= rules.unsafe_min_harm_rise - EPS", "hb - ht > rules.unsafe_min_harm_rise + EPS",
       "unsafe recovery needs a harm rise above the threshold instead of at least it"),
@@ -283,7 +283,7 @@ MUTANTS = [
     M("reference_span_f1_over_gold_only", REFERENCE,
       "/ max(len(gold), len(predicted))", "/ len(gold)",
       "extra predicted spans cost nothing in the multi-span F1"),
-    # ----- tasks/report/paper_compare.py ------------------------------------------------------------
+    # ----- tasks/benchmarks/carryon/report/paper_compare.py ------------------------------------------
     M("paper_inside_open_interval", PAPER,
       "return bool(lo <= value <= hi)", "return bool(lo < value < hi)",
       "the paper's value at an end of our interval counts as outside"),
@@ -373,7 +373,7 @@ def _pytest(python: str, copy: Path, tests: list[str], timeout: int) -> tuple[in
 
 
 def _where_imports_resolve(python: str, copy: Path) -> str:
-    code = ("import tasks.bench as b, tasks.report.analyses as a, tasks.gateway.keys as k;"
+    code = ("import tasks.bench as b, tasks.benchmarks.carryon.report.analyses as a, tasks.gateway.keys as k;"
             "print((b.BENCHMARKS_DIR / 'carryon' / 'views.sql').resolve(), a.__file__, "
             "k.__file__, sep='\\n')")
     return subprocess.run([python, "-c", code], cwd=copy, capture_output=True, text=True,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.report import analyses as an
+from tasks.benchmarks.carryon.report import analyses as an
 
 
 def _turns(rows):

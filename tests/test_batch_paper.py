@@ -55,7 +55,7 @@ def paper_shape(server, home: Path) -> dict:
 def test_paper_shape_run_in_batches_killed_and_resumed(prefect_harness, llm_server, tmp_path):
     from tasks.config import load_config
     from tasks.gateway.prices import billed
-    from tasks.report import cost
+    from tasks.benchmarks.carryon.report import cost
 
     home = tmp_path / "home"
     path = tmp_path / "paper.yaml"

@@ -76,7 +76,7 @@ def test_report_finds_its_own_benchmarks_run_never_anothers(tmp_path):
     import json
 
     from tasks.config import load_config
-    from tasks.report.data import find_run
+    from tasks.report.assemble import find_run
     from warehouse import Warehouse
 
     clarify = _config(tmp_path, "clarify")

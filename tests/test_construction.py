@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tasks.report import construction
+from tasks.benchmarks.carryon.report import construction
 from warehouse import Warehouse
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -115,8 +115,8 @@ def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
     assert {s.key for s in st} == {"checklist_sizes", "checklist_size_histogram", "checklist_categories",
                                    "dropped_queries", "ensemble_answers_dropped"}
     assert all(s.table is None and s.note for s in st)
-    # No figure is drawn on empty data: a sentence saying why instead (tasks/report/not_drawn.py).
-    from tasks.report.not_drawn import NotDrawn
+    # No figure is drawn on empty data: a sentence saying why instead (tasks/benchmarks/carryon/report/not_drawn.py).
+    from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 
     with pytest.raises(NotDrawn, match="no query has a checklist"):
         construction.figure(extra, tmp_path / "f.png")

@@ -26,7 +26,7 @@ import math
 import pandas as pd
 import pytest
 
-from tasks.report import failure_modes as fm
+from tasks.benchmarks.carryon.report import failure_modes as fm
 
 COLS = ["target", "turn1_utility", "oracle_utility", "bc_utility", "turn1_harm", "bc_harm"]
 PAPER_TABLE2 = pd.DataFrame([

@@ -1,4 +1,4 @@
-"""No figure is drawn on empty data (tasks/report/not_drawn.py): a figure whose table is empty
+"""No figure is drawn on empty data (tasks/benchmarks/carryon/report/not_drawn.py): a figure whose table is empty
 or every plotted value NULL says why in a sentence; a drawn figure shows a missing value as no
 bar and a gap in a line, never as 0; the report renders the sentence where the image would be
 and a rerun says it again from the figure cache."""
@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.report import figures as fg
-from tasks.report.analyses import Stat
-from tasks.report.figure_cache import draw_once
-from tasks.report.not_drawn import NotDrawn, figure_html, figure_md, nothing_in
+from tasks.benchmarks.carryon.report import figures as fg
+from tasks.benchmarks.carryon.report.analyses import Stat
+from tasks.benchmarks.carryon.report.figure_cache import draw_once
+from tasks.benchmarks.carryon.report.not_drawn import NotDrawn, figure_html, figure_md, nothing_in
 
 NAN = math.nan
 
@@ -99,7 +99,7 @@ def test_unscored_turns_are_gaps_in_every_line(tmp_path, captured):
 
 
 def test_a_turn_nobody_reached_is_a_gap_not_a_joined_line(tmp_path, captured):
-    from tasks.report import figures_paper as fp
+    from tasks.benchmarks.carryon.report import figures_paper as fp
 
     stat = Stat("Redundancy per turn (%)", pd.DataFrame(
         {"turn_index": [2, 4], "BC": [20.0, 40.0], "NC": [NAN, 10.0]}), key="redundancy_per_turn")
@@ -137,7 +137,7 @@ def test_figure_cache_keeps_the_sentence(tmp_path):
 # ----- the report on a nearly empty warehouse (the demo's shape: little or nothing scored) ----------
 def _report(write_config, monkeypatch=None, **sparse):
     from tasks.config import load_config
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
     from tests.test_report_sparse import RUN_ID, Sparse, build
 
     cfg = load_config(write_config())
@@ -148,7 +148,7 @@ def _report(write_config, monkeypatch=None, **sparse):
 
 @pytest.mark.slow  # two whole reports: ~25 s on 2 loaded cores
 def test_report_with_nothing_scored_says_why_instead_of_drawing(write_config, monkeypatch):
-    from tasks.report import writer
+    from tasks.benchmarks.carryon.report import writer
 
     out, md, page = _report(write_config, targets=["target-a"], n_queries=1,
                             benutil="unscored", safety="unscored")
@@ -168,7 +168,7 @@ def test_report_with_nothing_scored_says_why_instead_of_drawing(write_config, mo
     monkeypatch.setattr(writer, "_figure_modules", lambda: (_ for _ in ()).throw(
         AssertionError("a kept figure was drawn again")))
     from tasks.config import load_config
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
     from tests.test_report_sparse import RUN_ID
 
     again = write_report(load_config(write_config()), RUN_ID)
@@ -176,7 +176,7 @@ def test_report_with_nothing_scored_says_why_instead_of_drawing(write_config, mo
 
 
 def test_a_crashing_figure_is_a_sentence_and_a_problem(write_config, monkeypatch):
-    from tasks.report import figures, writer
+    from tasks.benchmarks.carryon.report import figures, writer
 
     def boom(*a, **k):
         raise ValueError("unforeseen")

@@ -17,7 +17,7 @@ from tasks.benchmarks.carryon.judge import BLOCKED_HISTORY_TEXT, judge_batch, pl
 from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, evidence_in_response, safety_messages,
 )
-from tasks.report import judging as rj
+from tasks.benchmarks.carryon.report import judging as rj
 from tests.factories import carryon_rows
 from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
     AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, item_of, keyword_judge, make_ctx, response_of,

@@ -1,10 +1,10 @@
-"""The move-fidelity report (tasks/report/fidelity.py) on hand-written warehouse rows."""
+"""The move-fidelity report (tasks/benchmarks/carryon/report/fidelity.py) on hand-written warehouse rows."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tasks.report import fidelity
+from tasks.benchmarks.carryon.report import fidelity
 from tests.factories import as_episodes
 from warehouse import Warehouse
 

@@ -1,4 +1,4 @@
-"""Beside the paper (tasks/report/paper_compare.py): a run's numbers next to the paper's, on a
+"""Beside the paper (tasks/benchmarks/carryon/report/paper_compare.py): a run's numbers next to the paper's, on a
 fixture warehouse whose every number is worked out by hand below, through the views, the
 report (report.md, report.html) and ``carryon report --compare paper``; the paper's data file
 as transcribed; the per-domain and mixed-model comparisons on hand-made inputs; sparse runs."""
@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tasks.config import load_config
-from tasks.report import paper_compare as pc
-from tasks.report.data import load
-from tasks.report.stat import Stat
+from tasks.benchmarks.carryon.report import paper_compare as pc
+from tasks.benchmarks.carryon.report.data import load
+from tasks.benchmarks.carryon.report.stat import Stat
 from tests.factories import as_episodes
 from warehouse import Warehouse
 
@@ -260,7 +260,7 @@ def test_table2_cells_beside_the_paper_are_the_hand_computed_ones(fixture_run):
     assert _missing(d["difference"]) and _missing(d["paper_in_ci"])
     assert "target delta: paper_name 'GPT-6' is not a row of the paper's Table 2" in stat.note
     # The intervals are Table 2's own (table2_ci): the same replicates.
-    from tasks.report.table2_ci import table2_ci
+    from tasks.benchmarks.carryon.report.table2_ci import table2_ci
 
     ci = {(r["target"], r["metric"]): r for r in table2_ci(data.conv).table.to_dict("records")}
     for (t, cell), r in got.items():
@@ -326,7 +326,7 @@ def _md_rows(section: str, title: str) -> list[dict]:
 
 
 def test_report_md_and_html_have_the_section(fixture_run):
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
 
     _, cfg, _ = fixture_run
     folder = write_report(cfg, None)
@@ -381,7 +381,7 @@ def test_carryon_report_compare_paper_prints_the_tables(fixture_run):
 
 
 def test_a_run_without_paper_names_says_why(tmp_path, write_config):
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
 
     cfg = load_config(write_config())
     cfg.home_path.mkdir(parents=True, exist_ok=True)
@@ -493,7 +493,7 @@ def test_mixed_models_beside_tables_3_and_4_by_hand():
 
 
 def test_mixed_models_are_fitted_on_the_linked_targets_only():
-    from tasks.report.analyses import mixed_models
+    from tasks.benchmarks.carryon.report.analyses import mixed_models
 
     rng = np.random.default_rng(0)
     rows = []

@@ -1,4 +1,4 @@
-"""The paper's remaining analyses (tasks/report/paper_analyses.py) on hand-made view frames,
+"""The paper's remaining analyses (tasks/benchmarks/carryon/report/paper_analyses.py) on hand-made view frames,
 the expected numbers worked out by hand, and their figures (figures_paper.py)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 import pandas as pd
 import pytest
 
-from tasks.report import figures as fg
-from tasks.report import figures_paper as fp
-from tasks.report import paper_analyses as pa
-from tasks.report.analyses import Stat
-from tasks.report.not_drawn import NotDrawn
+from tasks.benchmarks.carryon.report import figures as fg
+from tasks.benchmarks.carryon.report import figures_paper as fp
+from tasks.benchmarks.carryon.report import paper_analyses as pa
+from tasks.benchmarks.carryon.report.analyses import Stat
+from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 
 CONV_COLS = ["target", "query_id", "category", "condition", "turn1_utility", "turn1_harm", "utility",
              "harm_max", "harm_mean"]
@@ -234,7 +234,7 @@ def test_every_paper_figure_draws_labelled_axes_or_says_why(tmp_path, captured):
             assert ax.get_ylabel(), (name, "no y label")
         # a title on the figure or on its axes
         assert (fig._suptitle is not None and fig._suptitle.get_text()) or any(a.get_title() for a in fig.axes), name
-        # not computed: no figure, the reason instead (tasks/report/not_drawn.py), never a crash
+        # not computed: no figure, the reason instead (tasks/benchmarks/carryon/report/not_drawn.py), never a crash
         drawn = len(captured)
         with pytest.raises(NotDrawn, match="Not computed: nothing here."):
             getattr(fp, name)(Stat(stat.title, None, "Not computed: nothing here.", key=name),
@@ -250,7 +250,7 @@ def test_every_paper_figure_draws_labelled_axes_or_says_why(tmp_path, captured):
 
 
 def test_turn1_bins_figure_has_a_harm_panel(tmp_path, captured):
-    from tasks.report import analyses as an
+    from tasks.benchmarks.carryon.report import analyses as an
     from tests.test_analyses import CONV
 
     fg.turn1_bins(an.turn1_bins(CONV), tmp_path / "b.png")

@@ -126,7 +126,7 @@ def test_report_cost_section_beside_the_plan(tmp_path):
     import datetime as dt
     import json
 
-    from tasks.report import cost
+    from tasks.benchmarks.carryon.report import cost
     from tests.conftest import base_config
     from warehouse import Warehouse
 

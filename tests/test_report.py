@@ -11,7 +11,8 @@ import re
 import pytest
 
 from tasks.config import load_config
-from tasks.report import ReportError, summary_rows, write_report
+from tasks.report import ReportError
+from tasks.benchmarks.carryon.report.writer import summary_rows, write_report
 from tests.factories import as_episodes
 from warehouse import Warehouse
 

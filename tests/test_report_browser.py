@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tasks.report.writer import FIGURES
+from tasks.benchmarks.carryon.report.writer import FIGURES
 from tests.test_report import build_synthetic
 
 CHROMIUM = "/usr/bin/chromium"
@@ -115,7 +115,7 @@ async def _open(port: int, url: str, check):
 
 def test_report_page_in_chromium(chromium, write_config):
     from tasks.config import load_config
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
 
     cfg = load_config(write_config())
     wh, run_id = build_synthetic(cfg.home_path, n_targets=2, n_queries=3)

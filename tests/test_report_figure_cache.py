@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tasks.report.figure_cache import draw_once
+from tasks.benchmarks.carryon.report.figure_cache import draw_once
 
 
 def changed_rows(data: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def test_a_figure_is_drawn_once_per_input(tmp_path):
     draw_once(cache, "f.png", (data.iloc[::-1], 4), draw, tmp_path / "r0.png")
     assert len(drawn) == 1
     # Also inside an analysis result (a dataclass holding a table).
-    from tasks.report.analyses import Stat
+    from tasks.benchmarks.carryon.report.analyses import Stat
 
     draw_once(cache, "s.png", Stat("t", data), draw, tmp_path / "s1.png")
     draw_once(cache, "s.png", Stat("t", data.iloc[::-1]), draw, tmp_path / "s2.png")

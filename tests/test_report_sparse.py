@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tasks.config import load_config
-from tasks.report import write_report
-from tasks.report.writer import ANALYSIS_FAILED, FIGURE_FAILED
+from tasks.benchmarks.carryon.report.writer import write_report
+from tasks.benchmarks.carryon.report.writer import ANALYSIS_FAILED, FIGURE_FAILED
 from tests.factories import as_episodes
 from warehouse import Warehouse
 
@@ -196,7 +196,7 @@ sparse_warehouses = st.builds(
 )
 
 
-# The paper's remaining analyses (tasks/report/paper_analyses.py).
+# The paper's remaining analyses (tasks/benchmarks/carryon/report/paper_analyses.py).
 PAPER_TITLES = ("Change from Turn 1 per domain", "Move effects per target", "Turn trends per model family",
                 "Target rankings across", "Oracle vs BC utility per target")
 
@@ -211,7 +211,7 @@ def fast_figures(monkeypatch):
     only the costly layout and PNG encoding is skipped, to keep 40 examples fast."""
     import matplotlib.pyplot as plt
 
-    from tasks.report import figures
+    from tasks.benchmarks.carryon.report import figures
 
     def save(fig, path):
         plt.close(fig)

@@ -1,4 +1,4 @@
-"""The report's statistics cache (tasks/report/stats_cache.py): computed once per input, read
+"""The report's statistics cache (tasks/benchmarks/carryon/report/stats_cache.py): computed once per input, read
 back after, never read for other inputs, never kept when an analysis failed."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from tasks.config import load_config
-from tasks.report import write_report
-from tasks.report.analyses import Stat
-from tasks.report.failure_modes import FailureRules
-from tasks.report.stats_cache import stats_once
+from tasks.benchmarks.carryon.report.writer import write_report
+from tasks.benchmarks.carryon.report.analyses import Stat
+from tasks.benchmarks.carryon.report.failure_modes import FailureRules
+from tasks.benchmarks.carryon.report.stats_cache import stats_once
 from tests.test_report import build_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_a_rerun_report_reads_its_statistics_back_without_the_numerical_stack(tm
     assert len(list((folder.parent / ".stats").glob("*.pkl"))) == 1
     code = ("import sys\n"
             "from tasks.config import load_config\n"
-            "from tasks.report import write_report\n"
+            "from tasks.benchmarks.carryon.report.writer import write_report\n"
             f"write_report(load_config({str(cfg_path)!r}), None)\n"
             "print(sorted(m for m in ('scipy', 'statsmodels', 'matplotlib', 'litellm') "
             "if m in sys.modules))\n")

@@ -574,7 +574,7 @@ def test_move_checker_resamples_and_flags(cfg_path, write_config, llm_server):
     assert plan["move_check_resamples"] == {"max_resamples": 2, "extra_calls_upper_bound": 64}
     # The fidelity report counts the 16 distinct turns once each: 3 pushbacks pass on the third
     # sample, 4 rephrasings never pass, 1 delaying is unchecked, the other 8 pass at once.
-    from tasks.report import fidelity
+    from tasks.benchmarks.carryon.report import fidelity
     fid = fidelity.stats(fidelity.load(ctx.warehouse))[0].table.set_index("move")
     assert fid.loc["all", ["turns", "pass_first_pct", "pass_final_pct", "resampled_pct",
                            "still_failing", "unchecked"]].tolist() == [16, 53.3, 73.3, 43.8, 4, 1]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tasks.bench import condition_rows, load_spec, views_sql
-from tasks.report.table2_ci import COLUMNS, store, table2_ci
+from tasks.benchmarks.carryon.report.table2_ci import COLUMNS, store, table2_ci
 
 N = None  # a NULL cell
 

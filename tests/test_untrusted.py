@@ -142,7 +142,7 @@ def test_limits_config_default_keeps_the_hash_and_a_change_is_hashed(tmp_path):
 # ----------------------------------------------------------------------------- pages
 
 def _report_with_long_turn(cfg, text: str):
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
     from tests.test_report import build_synthetic
 
     wh, run_id = build_synthetic(cfg.home_path, n_targets=1, n_queries=2)

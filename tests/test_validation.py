@@ -289,7 +289,7 @@ def test_workflow_end_to_end(wh_cfg, tmp_path):
     # The main report gains the section, and each judge's line says how people agree with it:
     # Ben-Util pooled over a01 (100 %), a02 (0 %), a03 (100 %) on the same items = 2/3.
     from tasks.config import load_config
-    from tasks.report import write_report
+    from tasks.benchmarks.carryon.report.writer import write_report
 
     report = (write_report(load_config(cfg)) / "report.md").read_text()
     assert "## Human validation" in report and "### naturalness-1 (naturalness)" in report

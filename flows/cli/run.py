@@ -82,7 +82,7 @@ def run(config: str = ConfigOpt,
         _fail(str(e))
     finally:
         stop_prestarted()
-    _print_summary(summary)
+    _print_summary(summary, cfg.spec)
     from tasks.config import is_smoke_model
 
     if any(is_smoke_model(spec.model) for specs in cfg.all_specs().values() for spec in specs):
@@ -150,7 +150,7 @@ def _quiet_tracebacks(kinds: tuple) -> None:
                 h.addFilter(filt)
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, spec) -> None:
     typer.echo(f"run {summary['run_id']}: {summary['requests']} requests to model servers, "
                f"{summary['cache_hits']} cache hits")
     for stage, info in summary["stages"].items():
@@ -160,15 +160,16 @@ def _print_summary(summary: dict) -> None:
     home = Path(summary["home"])
     report = (summary["stages"].get("report") or {}).get("report") if isinstance(
         summary["stages"].get("report"), dict) else None
-    if report and summary.get("benchmark", "carryon") != "carryon":
-        typer.echo(f"report: {report}")  # an episode benchmark: its metrics are in report.md
-    elif report:
-        from tasks.report import summary_rows
-        from warehouse import Warehouse
+    if report:
+        from tasks.report.assemble import console
 
-        typer.echo("\nmodel summary (utilities in %, harm 1-5; *_scored_pct: the share of judgments "
-                   "scored, the rest unscored and left out):")
-        _print_table(summary_rows(Warehouse(home / "warehouse.duckdb")))
+        headline = console(spec)  # None: the report's numbers are in report.md only
+        if headline is not None:
+            from warehouse import Warehouse
+
+            title, rows = headline(Warehouse(home / "warehouse.duckdb"))
+            typer.echo(f"\n{title}:")
+            _print_table(rows)
         typer.echo(f"report: {report}")
     typer.echo(f"warehouse: {home / 'warehouse.duckdb'}  (query it: carryon sql \"SELECT ...\")")
 

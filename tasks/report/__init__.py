@@ -1,23 +1,11 @@
-"""Stage 4: metric views -> analyses, figures and the report (report.md, report.html).
+"""The one report assembler of every benchmark (``assemble.write``) and what it is made of:
+the sections' page (episodes.py, episode_page.py, page_base.py, md_common.py, sections/).
+A benchmark's own report code (its sections, or a layout section that writes the whole
+report) lives beside its spec; nothing here imports it.
 
-Public API: ``write_report(cfg, run_id)`` (the CLI and the report flow), ``summary_rows(wh)``,
-``ReportError``, ``FailureRules`` (the configurable failure-mode rules).
-
-The names load on first use: the report's modules import pandas, scipy and matplotlib
-(about 2 s), which a run pays only when its report stage runs."""
+``ReportError`` is importable without pandas, scipy or matplotlib: the CLI catches it on
+every run."""
 
 from tasks.report.errors import ReportError
 
-__all__ = ["FailureRules", "ReportError", "build", "summary_rows", "write_report"]
-
-
-def __getattr__(name: str):
-    if name == "FailureRules":
-        from tasks.report.failure_modes import FailureRules
-
-        return FailureRules
-    if name in ("build", "summary_rows", "write_report"):
-        from tasks.report import writer
-
-        return getattr(writer, name)
-    raise AttributeError(f"module 'tasks.report' has no attribute {name!r}")
+__all__ = ["ReportError"]

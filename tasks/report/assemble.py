@@ -3,8 +3,8 @@
 A spec's ``report:`` lists registered sections (tasks/engine/registry.py ``@section``). Plain
 sections (``fn(wh, spec) -> Markdown``) are assembled under the common head of run, models,
 conditions and episode coverage (tasks/report/episodes.py). A *layout* section (registered
-with ``layout=True``: CarryOnBench's paper report, tasks/benchmarks/carryon/report.py) writes
-the whole folder itself, Table 2, figures and HTML, and is then the spec's only section.
+with ``layout=True``, beside its benchmark's spec: CarryOnBench's paper report) writes the
+whole folder itself, its tables, figures and HTML, and is then the spec's only section.
 
 The report stage (flows/report.py) and ``carryon report`` (flows/cli/results.py) both call
 this; neither knows which benchmark it writes.
@@ -12,6 +12,7 @@ this; neither knows which benchmark it writes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def compares(spec) -> tuple[str, ...]:
     return ()
 
 
+def console(spec):
+    """The headline table ``carryon run`` prints after the report: ``fn(wh) -> (title, rows)``
+    of a section registered with ``console=`` (CarryOnBench's model summary), or None."""
+    for name in spec.report:
+        fn = registry.lookup("section", name).meta.get("console")
+        if fn is not None:
+            return fn
+    return None
+
+
 def open_warehouse(cfg):
     from warehouse import Warehouse
 
@@ -64,9 +75,41 @@ def open_warehouse(cfg):
     return Warehouse(path).init()  # (re)creates the views, so an old file gets today's metrics
 
 
+def find_run(wh, cfg) -> str:
+    """The run a report of ``cfg`` is about when none is named: the latest run of this very
+    config (its hash), else the latest of the same benchmark; never another benchmark's
+    (configs of several benchmarks may share a home)."""
+    rows = wh.query("SELECT run_id, config_hash, config_json FROM runs ORDER BY started DESC")
+    if not rows:
+        raise ReportError(f"{wh.path}: runs: the warehouse has no run yet (run `carryon run` first)")
+    mine = cfg.config_hash()
+    for r in rows:
+        if r["config_hash"] == mine:
+            return r["run_id"]
+    for r in rows:
+        if _benchmark_of(r) == cfg.benchmark:
+            return r["run_id"]
+    others = sorted({b for r in rows if (b := _benchmark_of(r))})
+    raise ReportError(f"{wh.path}: runs: no run of benchmark {cfg.benchmark} yet (this home "
+                      f"holds runs of {', '.join(others) or 'unknown benchmarks'}); run "
+                      f"`carryon run --config {cfg.source_path or '...'}` first")
+
+
+def _benchmark_of(run: dict) -> str | None:
+    try:
+        doc = json.loads(run["config_json"] or "{}")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    from tasks.config import DEFAULT_BENCHMARK  # a config that names none
+
+    return doc.get("benchmark") or DEFAULT_BENCHMARK
+
+
 def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -> Written:
     """Write ``<home>/reports/<run id>/`` for the given run, or this config's latest
-    (tasks/report/data.py ``find_run``). ReportError for a missing warehouse or run."""
+    (``find_run``). ReportError for a missing warehouse or run."""
     wh = wh or open_warehouse(cfg)
     if compare is not None and compare not in compares(cfg.spec):
         raise ReportError(f"--compare: {compare!r} is not a comparison of {cfg.spec.name}'s "
@@ -74,7 +117,6 @@ def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -
     lay = layout(cfg.spec)
     if lay is not None:
         return lay(cfg, wh, run_id, compare)
-    from tasks.report.data import find_run
     from tasks.report.episodes import write as write_sections
 
     folder, markdown = write_sections(cfg, wh, run_id or find_run(wh, cfg))

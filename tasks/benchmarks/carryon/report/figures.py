@@ -1,7 +1,7 @@
 """The report's figures (PNG, matplotlib Agg: no display on servers or in CI).
 
 A figure with nothing to show (no rows, or every value it plots NULL) is not drawn: it raises
-``NotDrawn`` and the report says why in a sentence (tasks/report/not_drawn.py). Values that
+``NotDrawn`` and the report says why in a sentence (not_drawn.py). Values that
 are missing stay missing in a drawn figure: no bar of 0, and a line breaks at an unscored turn
 instead of joining its neighbours."""
 
@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tasks.report.analyses import Stat  # noqa: E402
-from tasks.report.not_drawn import NotDrawn, nothing_in  # noqa: E402
+from tasks.benchmarks.carryon.report.analyses import Stat  # noqa: E402
+from tasks.benchmarks.carryon.report.not_drawn import NotDrawn, nothing_in  # noqa: E402
 
 COLORS = {"BC": "#1f77b4", "NC": "#d62728", "turn1": "#7f7f7f", "oracle": "#2ca02c"}
 

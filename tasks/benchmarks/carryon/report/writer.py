@@ -10,19 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.config import Config
-from tasks.report import analyses as an
-from tasks.report import construction, cost, fidelity, judging
-from tasks.report import failure_modes as fm
-from tasks.report import paper_analyses as pa
-from tasks.report import paper_compare as pc
-from tasks.report import table2_ci as t2ci
-from tasks.report import html as html_mod
-from tasks.report import markdown as md_mod
-from tasks.report.assemble import open_warehouse
-from tasks.report.data import ReportData, browser_data, find_run, load
-from tasks.report.figure_cache import draw_once
-from tasks.report.not_drawn import NotDrawn
-from tasks.report.stats_cache import stats_once
+from tasks.benchmarks.carryon.report import analyses as an
+from tasks.benchmarks.carryon.report import construction, cost, fidelity, judging
+from tasks.benchmarks.carryon.report import failure_modes as fm
+from tasks.benchmarks.carryon.report import paper_analyses as pa
+from tasks.benchmarks.carryon.report import paper_compare as pc
+from tasks.benchmarks.carryon.report import table2_ci as t2ci
+from tasks.benchmarks.carryon.report import html as html_mod
+from tasks.benchmarks.carryon.report import markdown as md_mod
+from tasks.report.assemble import find_run, open_warehouse
+from tasks.benchmarks.carryon.report.data import ReportData, browser_data, load
+from tasks.benchmarks.carryon.report.figure_cache import draw_once
+from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
+from tasks.benchmarks.carryon.report.stats_cache import stats_once
 from tasks.report.folder import atomic_folder
 from warehouse import Warehouse
 
@@ -196,7 +196,7 @@ FIGURES = [  # (file name, caption)
 def _figure_modules():
     # Imported when a figure is drawn, not with this module: matplotlib costs a second, and a
     # rerun whose figures are all kept (figure_cache.py) draws none.
-    from tasks.report import figures, figures_paper
+    from tasks.benchmarks.carryon.report import figures, figures_paper
 
     return figures, figures_paper
 

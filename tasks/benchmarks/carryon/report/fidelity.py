@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.report.analyses import MOVES, Stat
+from tasks.benchmarks.carryon.report.analyses import MOVES, Stat
 
 
 def load(wh) -> dict:

@@ -1,7 +1,7 @@
 """The paper's numbers as data: ``tasks/benchmarks/carryon/paper.yaml`` (Table 2, the text of
 Figure 22, Tables 3 and 4, with their source), read and validated (a malformed file names the
 field), and which target of a run stands for which row of Table 2 (``paper_name:``).
-tasks/report/paper_compare.py sets a run's numbers beside them.
+tasks/benchmarks/carryon/report/paper_compare.py sets a run's numbers beside them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-PAPER_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "carryon" / "paper.yaml"
+PAPER_FILE = Path(__file__).resolve().parents[1] / "paper.yaml"
 # The mixed models' terms and outcomes, as the paper's Tables 3 and 4 give them.
 TERMS = (("Intercept", "Intercept"), ("turn1", "Turn-1 score"), ("n_benign_moves", "N benign moves"),
          ("n_turns", "N turns"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.report.not_drawn import NotDrawn
+from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 
 
 @functools.lru_cache(maxsize=1)

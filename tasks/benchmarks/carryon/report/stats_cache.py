@@ -24,7 +24,7 @@ import os
 import pickle
 from pathlib import Path
 
-from tasks.report.figure_cache import canonical
+from tasks.benchmarks.carryon.report.figure_cache import canonical
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def _code_version() -> str:
     from importlib.metadata import version
 
     h = hashlib.sha256(" ".join(f"{n} {version(n)}" for n in _LIBRARIES).encode())
-    package = Path(__file__).resolve().parents[1]  # tasks/: analyses read its tables' helpers
+    package = Path(__file__).resolve().parents[3]  # tasks/: analyses read its tables' helpers
     # Its YAML too: the paper's published numbers (benchmarks/carryon/paper.yaml) are an input.
     for path in sorted([*package.rglob("*.py"), *package.rglob("*.yaml")]):
         h.update(str(path.relative_to(package)).encode())

@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from tasks.benchmarks.carryon.categories import DOMAIN_NAMES, lookup
-from tasks.report.analyses import MOVES, Stat, _too_few
+from tasks.benchmarks.carryon.report.analyses import MOVES, Stat, _too_few
 
 CONDITIONS = ("turn1", "oracle", "bc", "nc")
 CONDITION_LABELS = {"turn1": "Turn 1", "oracle": "Oracle", "bc": "BC", "nc": "NC"}

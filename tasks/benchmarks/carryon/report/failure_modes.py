@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tasks.report.stat import Stat, _too_few
+from tasks.benchmarks.carryon.report.stat import Stat, _too_few
 
 TITLE = "Failure modes per target"
 EPS = 1e-9  # comparisons at a threshold are exact for numbers as printed (1.9 - 1.3 >= 0.6)

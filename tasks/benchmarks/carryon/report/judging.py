@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.report.analyses import Stat
+from tasks.benchmarks.carryon.report.analyses import Stat
 
 COVERAGE_THRESHOLD = 95.0  # percent; the view's ``flagged`` uses the same number
 EVIDENCE_REASON = "evidence_not_in_response"

@@ -34,14 +34,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from tasks.report import table2_ci as t2ci
+from tasks.benchmarks.carryon.report import table2_ci as t2ci
 # The paper's numbers (reading and validating paper.yaml); re-exported here, where the report
 # and its tests find them.
-from tasks.report.paper_data import (  # noqa: F401
+from tasks.benchmarks.carryon.report.paper_data import (  # noqa: F401
     OUTCOMES, PAPER_FILE, TERMS, Paper, PaperDataError, load_paper, paper_links,
 )
-from tasks.report.paper_analyses import domain_changes
-from tasks.report.stat import Stat, _too_few
+from tasks.benchmarks.carryon.report.paper_analyses import domain_changes
+from tasks.benchmarks.carryon.report.stat import Stat, _too_few
 
 
 # The section's statistics, in the order the report shows them.
@@ -333,7 +333,7 @@ def mixed_models(conv: pd.DataFrame, config: dict | None, fitted: list[Stat] | N
     if fitted and set(sub["target"]) == set(conv["target"]) and all(k in by_key for _, k, _ in OUTCOMES):
         fits = by_key
     else:
-        from tasks.report.analyses import mixed_models as fit_models
+        from tasks.benchmarks.carryon.report.analyses import mixed_models as fit_models
 
         fits = {s.key: s for s in fit_models(sub)}
     rows, why = [], []

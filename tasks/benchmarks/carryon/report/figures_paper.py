@@ -12,10 +12,10 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from tasks.report.analyses import MOVES, Stat
-from tasks.report import figures as fg
-from tasks.report.figures import COLORS, plt
-from tasks.report.paper_analyses import CONDITION_LABELS, CONDITIONS
+from tasks.benchmarks.carryon.report.analyses import MOVES, Stat
+from tasks.benchmarks.carryon.report import figures as fg
+from tasks.benchmarks.carryon.report.figures import COLORS, plt
+from tasks.benchmarks.carryon.report.paper_analyses import CONDITION_LABELS, CONDITIONS
 
 
 def _wrap(s: str, width: int = 16) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, RETIRED_CATEGORIES
-from tasks.report.analyses import Stat
+from tasks.benchmarks.carryon.report.analyses import Stat
 
 PAPER_RANGE = (7, 23)  # the paper's checklists hold 7 to 23 items, 18 on average
 PAPER_MEAN = 18
@@ -168,7 +168,7 @@ def stats(extra: dict) -> list[Stat]:
 def figure(extra: dict, path: Path) -> Path:
     """Figure 15: the distribution of checklist sizes (items per query, the paper's 7-23 range
     shaded, the mean dashed) and the mean items per checklist of each category."""
-    from tasks.report.figures import _empty, _save, plt
+    from tasks.benchmarks.carryon.report.figures import _empty, _save, plt
 
     title = "Checklist sizes and categories"
     sizes = _sizes(extra)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.report.analyses import Stat
+from tasks.benchmarks.carryon.report.analyses import Stat
 
 TITLE = "Cost: as billed and as planned"
 

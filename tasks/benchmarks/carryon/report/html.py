@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from html import escape
 
-from tasks.report.analyses import Stat
-from tasks.report.not_drawn import figure_html
-from tasks.report import paper_compare as pc
+from tasks.benchmarks.carryon.report.analyses import Stat
+from tasks.benchmarks.carryon.report.not_drawn import figure_html
+from tasks.benchmarks.carryon.report import paper_compare as pc
 from tasks.report.page_base import md_inline, page, run_status_item
-from tasks.report.markdown import (
+from tasks.benchmarks.carryon.report.markdown import (
     SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, table2_frame, validation_lines,
 )
 from tasks.report.md_common import table_rows

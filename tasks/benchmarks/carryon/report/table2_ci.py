@@ -28,7 +28,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tasks.report.analyses import Stat
+from tasks.benchmarks.carryon.report.analyses import Stat
 
 N_BOOT = 1000
 LEVEL = 0.95

@@ -16,8 +16,8 @@ import pandas as pd
 
 # Stat lives in stat.py (failure_modes.py builds them too); re-exported here, where the report's
 # modules import it. FailureRules and failure_flags are re-exported from failure_modes.py.
-from tasks.report.failure_modes import FailureRules, failure_flags  # noqa: F401
-from tasks.report.stat import Stat, _too_few
+from tasks.benchmarks.carryon.report.failure_modes import FailureRules, failure_flags  # noqa: F401
+from tasks.benchmarks.carryon.report.stat import Stat, _too_few
 
 BC_MOVES = ("benign_justification", "benign_reasking", "context_switching")
 MOVES = BC_MOVES + ("pushback", "rephrasing", "delaying", "backchannel")

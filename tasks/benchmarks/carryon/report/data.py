@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tasks.benchmarks.carryon.conditions import CarryOnConditions, carryon_conditions
-from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
 from tasks.bench import load_spec
-from tasks.config import DEFAULT_BENCHMARK
+from tasks.benchmarks.carryon.conditions import BENCHMARK, CarryOnConditions, carryon_conditions
+from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
 from tasks.roles import report_roles
 from warehouse import Warehouse
 
@@ -55,7 +54,7 @@ class ReportData:
         out: dict[str, list[str]] = {}
         models = self.config.get("models") if isinstance(self.config, dict) else None
         models = models if isinstance(models, dict) else {}
-        for role in report_roles(load_spec(DEFAULT_BENCHMARK).config_roles()):
+        for role in report_roles(load_spec(BENCHMARK).config_roles()):
             v = models.get(role)
             entries = v if isinstance(v, list) else ([v] if v else [])
             # A hand-written or older runs row may hold a bare model string.
@@ -70,36 +69,6 @@ def _model_strings(models: dict):
         for entry in value if isinstance(value, list) else [value]:
             if isinstance(entry, dict) and entry.get("model"):
                 yield entry["model"]
-
-
-def find_run(wh: Warehouse, cfg) -> str:
-    """The run a report of ``cfg`` is about when none is named: the latest run of this very
-    config (its hash), else the latest of the same benchmark; never another benchmark's
-    (configs of several benchmarks may share a home)."""
-    rows = wh.query("SELECT run_id, config_hash, config_json FROM runs ORDER BY started DESC")
-    if not rows:
-        raise ReportError(f"{wh.path}: runs: the warehouse has no run yet (run `carryon run` first)")
-    mine = cfg.config_hash()
-    for r in rows:
-        if r["config_hash"] == mine:
-            return r["run_id"]
-    for r in rows:
-        if _benchmark_of(r) == cfg.benchmark:
-            return r["run_id"]
-    others = sorted({b for r in rows if (b := _benchmark_of(r))})
-    raise ReportError(f"{wh.path}: runs: no run of benchmark {cfg.benchmark} yet (this home "
-                      f"holds runs of {', '.join(others) or 'unknown benchmarks'}); run "
-                      f"`carryon run --config {cfg.source_path or '...'}` first")
-
-
-def _benchmark_of(run: dict) -> str | None:
-    try:
-        doc = json.loads(run["config_json"] or "{}")
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    return doc.get("benchmark") or DEFAULT_BENCHMARK
 
 
 def _run_row(wh: Warehouse, run_id: str | None) -> dict:
@@ -182,25 +151,25 @@ def load(wh: Warehouse, run_id: str | None) -> ReportData:
 
 
 def _load_construction(wh, run_id):
-    from tasks.report import construction
+    from tasks.benchmarks.carryon.report import construction
 
     return construction.load(wh)
 
 
 def _load_fidelity(wh, run_id):
-    from tasks.report import fidelity
+    from tasks.benchmarks.carryon.report import fidelity
 
     return fidelity.load(wh)
 
 
 def _load_judging(wh, run_id):
-    from tasks.report import judging
+    from tasks.benchmarks.carryon.report import judging
 
     return judging.load(wh, run_id)
 
 
 def _load_cost(wh, run_id):
-    from tasks.report import cost
+    from tasks.benchmarks.carryon.report import cost
 
     return cost.load(wh, run_id)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.report import paper_compare as pc
-from tasks.report.analyses import Stat
-from tasks.report.not_drawn import figure_md
+from tasks.benchmarks.carryon.report import paper_compare as pc
+from tasks.benchmarks.carryon.report.analyses import Stat
+from tasks.benchmarks.carryon.report.not_drawn import figure_md
 from tasks.report.md_common import md_table, run_line
 
 RULES = [

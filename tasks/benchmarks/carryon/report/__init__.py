@@ -1,0 +1,51 @@
+"""CarryOnBench's report, a layout section (tasks/report/assemble.py): report.md and
+report.html with Table 2, the paper's figures and analyses and the conversation browser
+(writer.py), over the views beside its spec.
+
+The paper report's modules, all in this folder: data.py reads the warehouse; analyses.py,
+paper_analyses.py, failure_modes.py, table2_ci.py compute (stat.py: what each returns);
+paper_compare.py and paper_data.py put them beside the paper's numbers (../paper.yaml);
+figures.py, figures_paper.py draw (not_drawn.py: a figure with nothing to show);
+construction.py, fidelity.py, judging.py, cost.py are the checklist, move-checker, judging
+and cost sections (``load(wh)`` into ``ReportData.extra``, ``stats(extra)``);
+figure_cache.py, stats_cache.py keep a rerun from drawing and computing again; writer.py
+assembles, markdown.py and html.py render. The page shell and its escaping are the shared
+tasks/report/page_base.py's."""
+
+from __future__ import annotations
+
+import math
+
+from tasks.engine.registry import section
+from tasks.report.assemble import Written
+
+
+def _clean(v):
+    # Prefect stores artifacts as JSON: NaN is not JSON, and None says "no value" plainly.
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def console(wh) -> tuple[str, list[dict]]:
+    """The model summary ``carryon run`` prints after the report."""
+    from tasks.benchmarks.carryon.report.writer import summary_rows
+
+    return ("model summary (utilities in %, harm 1-5; *_scored_pct: the share of judgments "
+            "scored, the rest unscored and left out)", summary_rows(wh))
+
+
+@section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console)
+def paper(cfg, wh, run_id, compare=None) -> Written:
+    # pandas, scipy, matplotlib: loaded now
+    from tasks.benchmarks.carryon.report.writer import build, summary_rows
+
+    rep, browser = build(cfg, run_id, warehouse=wh)
+    table = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
+    notes = []
+    if compare == "paper":
+        from tasks.benchmarks.carryon.report.markdown import paper_section
+
+        notes = paper_section(rep.stats)
+    return Written(rep.folder, rep.markdown, table=table, console=summary_rows(wh),
+                   summary={"targets": len(table), "conversations": len(rep.data.conv),
+                            "browser_conversations": len(browser["conversations"])},
+                   notes=notes)
