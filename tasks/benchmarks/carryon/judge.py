@@ -105,11 +105,14 @@ def current_checklists(wh, query_ids: list[str]) -> dict[str, str]:
     return {r["query_id"]: r["checklist_version"] for r in rows}
 
 
-def select_conversations(wh, query_ids: list[str], targets: list[str]) -> list[tuple[str, str]]:
+def select_conversations(wh, query_ids: list[str], targets: list[str],
+                         benchmark: str) -> list[tuple[str, str]]:
+    # The episodes table itself, not the conversations view: the view's per-conversation
+    # counts are not needed here, and at the paper's volume they cost most of the read.
     rows = wh.query(
-        "SELECT conversation_id, query_id FROM conversations "
-        "WHERE list_contains(?, query_id) AND list_contains(?, target) "
-        "ORDER BY query_id, conversation_id", [list(query_ids), list(targets)])
+        "SELECT episode_id AS conversation_id, item_id AS query_id FROM episodes "
+        "WHERE benchmark = ? AND list_contains(?, item_id) AND list_contains(?, target) "
+        "ORDER BY query_id, conversation_id", [benchmark, list(query_ids), list(targets)])
     return [(r["conversation_id"], r["query_id"]) for r in rows]
 
 
@@ -118,7 +121,7 @@ def plan_judging(ctx, query_ids: list[str]) -> JudgePlan:
     cfg, wh = ctx.config, ctx.warehouse
     bj, sj = judges(cfg, BENUTIL), judges(cfg, SAFETY)
     targets = [s.name for s in cfg.role_specs("targets")]
-    every_conv = select_conversations(wh, query_ids, targets)
+    every_conv = select_conversations(wh, query_ids, targets, cfg.spec.name)
     versions = current_checklists(wh, sorted({q for _, q in every_conv}))
     convs = [(c, q) for c, q in every_conv if q in versions]
     skipped = [(c, q) for c, q in every_conv if q not in versions]
@@ -148,10 +151,10 @@ def write_sets(wh, rows: list[dict]) -> None:
 def _load_batch(wh, conversation_ids: list[str]):
     # turns.blocked: a target turn the provider refused to produce (NULL = not blocked).
     turns = wh.query(
-        "SELECT t.conversation_id, t.position, t.role, t.model_turn, t.content, c.query_id, "
-        "coalesce(t.blocked, false) AS blocked "
-        "FROM turns t JOIN conversations c USING (conversation_id) "
-        "WHERE list_contains(?, t.conversation_id) ORDER BY t.conversation_id, t.position",
+        "SELECT t.episode_id AS conversation_id, t.position, t.role, t.model_turn, t.content, "
+        "e.item_id AS query_id, coalesce(t.blocked, false) AS blocked "
+        "FROM episode_turns t JOIN episodes e USING (episode_id) "
+        "WHERE list_contains(?, t.episode_id) ORDER BY t.episode_id, t.position",
         [conversation_ids])
     qids = sorted({t["query_id"] for t in turns})
     queries = {r["query_id"]: r["query"] for r in wh.query(
