@@ -61,7 +61,7 @@ def test_paper_shape_run_in_batches_killed_and_resumed(prefect_harness, llm_serv
     path = tmp_path / "paper.yaml"
     path.write_text(yaml.safe_dump(paper_shape(llm_server, home)))
     # 1. Checklists and simulation in one process.
-    asyncio.run(carryon(config=str(path), stages="checklists,simulate"))
+    asyncio.run(carryon(config=str(path), stages="checklists,episodes"))
     # 2. The judge stage in a `carryon run` killed with SIGKILL while its batches are out.
     llm_server.batch_faults.delay_polls = 10_000
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}

@@ -238,7 +238,7 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
     # The warehouse: the run succeeded with every stage, and conversations were simulated.
     wh = Warehouse(run_home / "warehouse.duckdb")
     runs = wh.query("SELECT status, stages FROM runs")
-    assert runs == [{"status": "succeeded", "stages": "checklists,simulate,judge,report"}]
+    assert runs == [{"status": "succeeded", "stages": "checklists,episodes,judge,report"}]
     assert wh.count("conversations") > 0 and wh.count("item_judgments") > 0
 
     # The UI: one subflow run per stage under the deployment's run ...
@@ -246,7 +246,7 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
                     {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}})
     flows = {f["id"]: f["name"] for f in _api(api_url, "/flows/filter", {})}
     stage_names = sorted(flows[r["flow_id"]] for r in subflows if r["state_type"] == "COMPLETED")
-    assert {"checklists", "simulate", "judge", "report"} <= set(stage_names), stage_names
+    assert {"checklists", "episodes", "judge", "report"} <= set(stage_names), stage_names
 
     # ... progress artifacts per stage, and the summary table and report markdown at the end.
     run_ids = [flow_run_id] + [r["id"] for r in subflows]
@@ -308,7 +308,7 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
 @pytest.mark.e2e
 def test_two_workers_two_shards_merge_equals_single_run(prefect_up, llm_api, tmp_path):
     home, api_url = prefect_up["home"], prefect_up["api_url"]
-    stages = "checklists,simulate,judge"  # report per shard is partial; run it on the merge
+    stages = "checklists,episodes,judge"  # report per shard is partial; run it on the merge
     # Two sample queries, one per shard (query ids 7b3d… and 48ba… are even and odd).
     config = _write_config(tmp_path / "config.yaml", llm_api, tmp_path / "config-home")
     # Two workers standing for two machines: each has its own CARRYON_HOME (own warehouse
@@ -350,11 +350,11 @@ def test_two_workers_two_shards_merge_equals_single_run(prefect_up, llm_api, tmp
     counts = merge_warehouses(merged, [h / "warehouse.duckdb" for h in homes.values()])
     assert counts["runs"] == 2
     got, want = _comparable(merged), _comparable(single_home / "warehouse.duckdb")
-    assert want["conversations"] and want["item_judgments"]  # the comparison is not vacuous
+    assert want["view:conversations"] and want["item_judgments"]  # the comparison is not vacuous
     assert any(k.startswith("view:") and want[k] for k in want), sorted(want)
     assert set(got) == set(want)
     for table in want:
         assert got[table] == want[table], f"{table}: merged shards differ from the single run"
     # The shards split the queries: neither machine simulated all of them.
     per_machine = [Warehouse(h / "warehouse.duckdb").count("conversations") for h in homes.values()]
-    assert all(0 < n < len(want["conversations"]) for n in per_machine), per_machine
+    assert all(0 < n < len(want["view:conversations"]) for n in per_machine), per_machine

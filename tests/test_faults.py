@@ -37,7 +37,7 @@ from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-STAGES = "checklists,simulate,judge"  # the report adds no calls and no rows worth checking here
+STAGES = "checklists,episodes,judge"  # the report adds no calls and no rows worth checking here
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -190,7 +190,7 @@ def test_run_completes_under_injected_faults(prefect_harness, tmp_path):
     run = wh.query("SELECT status, requests FROM runs")
     assert run == [{"status": "succeeded", "requests": server.counts["total"]}]
     check_warehouse(wh)
-    assert summary["stages"]["simulate"]["conversations"].get("completed", 0) > 0
+    assert summary["stages"]["episodes"]["status"].get("completed", 0) > 0
     assert wh.count("item_judgments") > 0 and wh.count("safety_judgments") > 0
     # Retries are counted: every request the server saw is an attempt of some recorded call.
     calls = wh.query("SELECT sum(attempts) AS attempts, max(attempts) AS most, "
@@ -401,7 +401,7 @@ def test_repeat_call_in_a_run_keeps_its_attempts(write_config, llm_server):
     llm_server.scripts["intent_rewriter"] = flaky
     cfg = load_config(write_config())
     wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
-    ctx = RunContext(run_id="r1", config=cfg, warehouse=wh, stages=["checklists", "simulate"])
+    ctx = RunContext(run_id="r1", config=cfg, warehouse=wh, stages=["checklists", "episodes"])
     spec = cfg.role_spec("intent_rewriter")
     msgs = [{"role": "user", "content": "why?"}]
     try:

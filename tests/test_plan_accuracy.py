@@ -64,7 +64,7 @@ def test_carryon_plan_within_a_quarter_of_a_loopback_run(prefect_harness, llm_se
     before, _ = make_plan(cfg)
     first = asyncio.run(carryon(config=str(path), stages="checklists"))
     after, _ = make_plan(load_config(path))  # the checklists are stored now
-    second = asyncio.run(carryon(config=str(path), stages="simulate,judge"))
+    second = asyncio.run(carryon(config=str(path), stages="episodes,judge"))
     made = {**_actual(cfg.home_path, first["run_id"]), **_actual(cfg.home_path, second["run_id"])}
 
     # Checklist roles: exact where the shape fixes them, upper bounds where answers drop out.

@@ -97,14 +97,14 @@ def test_every_call_failing_fails_the_checklists_stage(prefect_harness, llm_serv
     assert wh.query("SELECT count(*) AS n FROM llm_calls WHERE error IS NOT NULL")[0]["n"] > 0
 
 
-def test_every_target_call_failing_fails_the_simulate_stage(prefect_harness, llm_server, write_config,
+def test_every_target_call_failing_fails_the_episodes_stage(prefect_harness, llm_server, write_config,
                                                             tmp_path):
     llm_server.scripts["targets"] = bad_request
     path = write_config(dataset=ONE_QUERY)
     with pytest.raises(StageFailed) as info:
         run_flow(path)
     msg = str(info.value)
-    assert msg.startswith("simulate: all ") and " conversations failed: target_error: api_error: " in msg
+    assert msg.startswith("episodes: all ") and " episodes failed: api_error: " in msg
     home = tmp_path / "home"
     run = the_run(home)
     assert run["error"] == msg
@@ -142,7 +142,7 @@ def test_partial_failures_are_data_and_the_report_says_succeeded(prefect_harness
         "targets": [{"name": "target-a", "model": "openai/test-target-a"},
                     {"name": "target-b", "model": "openai/test-target-b"}]})
     summary = run_flow(path)
-    conv = summary["stages"]["simulate"]["conversations"]
+    conv = summary["stages"]["episodes"]["status"]
     assert conv.get("completed") and conv.get("target_error")
     home = tmp_path / "home"
     run = the_run(home)

@@ -12,7 +12,7 @@ from tasks.stages import Stage, component_roles
 @stage("episodes")
 class Episodes(Stage):
     name, phase, flow = "episodes", "play", "flows.episodes:episodes_flow"
-    outputs = ("bench_items", "episodes", "episode_turns")
+    outputs = ("bench_items", "episodes", "episode_turns", "move_checks")
 
     def roles(self, spec):
         # The target seat calls the configured target models only when a policy seats one.
