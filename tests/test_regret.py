@@ -711,7 +711,12 @@ def test_the_act_judge_is_checked_against_the_planners_known_acts(tmp_path):
     md = sec.section(wh, load_spec("regret"))
     assert "it agrees on 3 of 5 planner turns (60.0%)" in md
     assert "Disagreements: answers read as clarifying_question 1; answers read as refusal 1." in md
-    assert "| planner (*judge disagreed* in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    assert "| planner (**judge disagreed** in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    # report.html sets the mark in bold too (its Markdown subset has no italics).
+    from tasks.report.episode_page import md_html
+    html = "".join(md_html(md))
+    assert "<td>planner (<strong>judge disagreed</strong> in 2 episodes)</td>" in html
+    assert "marked <strong>judge disagreed</strong> rest on" in html and "*judge" not in html
     # Without a planner seat there is nothing to check: no line.
     (tmp_path / "x").mkdir()
     assert "known acts" not in sec.section(_populated(tmp_path / "x"), load_spec("regret"))
@@ -850,7 +855,7 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
     assert "| planner | cooperative | OpenDomainQA | 3 / 3 | 100.0% | 2.00 |" in text
     # The planner's turns: 2 in each cooperative episode, 8 in the vague ones; the scripted
     # act judge reads each right.
-    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "*judge disagreed*" not in text
+    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "judge disagreed" not in text
     assert "facet_mapper: openai/local-smollm2" in text
 
     before = llm_server.counts["total"]

@@ -83,7 +83,7 @@ def agreement_lines(rows: list[dict]) -> tuple[list[str], dict]:
             "same judge.")
     if wrong:
         line += " Disagreements: " + "; ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + \
-            ". Planner rows marked *judge disagreed* rest on those episodes."
+            ". Planner rows marked **judge disagreed** rest on those episodes."
     return ["", line], {k: len(v) for k, v in flagged.items()}
 
 
@@ -108,9 +108,11 @@ def section(wh, spec) -> str:
              "the spec).", ""]
     agreement, flagged = agreement_lines(planner_agreement(wh, p))
 
+    # Bold, not italics: report.html's Markdown subset (episode_page.md_html) sets `code` and
+    # **bold** only, so *italics* showed there as literal asterisks.
     def who(r) -> str:
         n = flagged.get((r["behaviour"], r["domain"])) if r["target"] == PLANNER else None
-        return f"{r['target']} (*judge disagreed* in {n} episode{'s' if n != 1 else ''})" if n \
+        return f"{r['target']} (**judge disagreed** in {n} episode{'s' if n != 1 else ''})" if n \
             else r["target"]
 
     lines += md_table(
