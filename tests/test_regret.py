@@ -659,6 +659,7 @@ def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
     md = sec.section(_populated(tmp_path, only={"E5"}), load_spec("regret"))
     assert "| m | cooperative | QA | 0 / 1 | n/a |" in md
     assert "No figure: no target has a scored episode yet" in md and "```" not in md
+    assert md.rstrip().endswith("- not placed: m (0 of 1 completed episodes scored)")
 
 
 def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons(tmp_path):
@@ -674,6 +675,10 @@ def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons
     md = sec.section(wh, load_spec("regret"))
     assert ("| down | all | all | 0 / 6 (failed: simulator_error (api_error) x 6) | n/a | n/a |"
             in md)
+    # The scatter cannot place it: it is named under the figure with its counts.
+    assert md.rstrip().endswith(
+        "- not placed: down (0 of 6 episodes completed: simulator_error (api_error) x 6)")
+    assert "= down" not in md
     cov = coverage_md(wh, "regret")
     assert "| down | converse | 6 | 0 | 6 |" in cov and "simulator_error (api_error) x 6 |" in cov
     # m's failed E6 is named beside m's completed ones; only "down" has no completed episode.

@@ -134,9 +134,15 @@ def section(wh, spec) -> str:
     lines += ["", "### Success against turns, per target", ""]
     points = [(r["target"], r["turns"], r["success"]) for r in targets
               if r["turns"] is not None and r["success"] is not None]
+    # A target the figure cannot place is named under it with its counts, never just absent.
+    placed = {p[0] for p in points}
+    unplaced = [f"- not placed: {r['target']} (0 of {r['n_episodes']} completed episodes "
+                "scored)" for r in targets if r["target"] not in placed] + \
+        [f"- not placed: {r['target']} (0 of {r['n_episodes']} episodes completed: "
+         f"{r['reasons']})" for r in failed]
     if not points:
         lines.append("No figure: no target has a scored episode yet, so there is no success "
                      "or turn count to place.")
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] + unplaced if unplaced else []))
     max_turns = max(c.max_turns for c in spec.conditions)
-    return "\n".join(lines + scatter(points, max_turns))
+    return "\n".join(lines + scatter(points, max_turns) + unplaced)
