@@ -673,7 +673,11 @@ def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons
                            "error": "api_error: connection refused", "n_turns": 1, "run_id": "r"}
                           for k in range(6)])
     md = sec.section(wh, load_spec("regret"))
-    assert ("| down | all | all | 0 / 6 (failed: simulator_error (api_error) x 6) | n/a | n/a |"
+    # The column counts completed episodes in every row (m's vague row is 1 / 1: E2, not its
+    # failed E6): "down" has none, its 6 failed ones are named beside it, not as the denominator.
+    assert "| target | behaviour | domain | scored / completed episodes |" in md
+    assert "| m | vague | QA | 1 / 1 |" in md
+    assert ("| down | all | all | 0 / 0 (6 failed: simulator_error (api_error) x 6) | n/a | n/a |"
             in md)
     # The scatter cannot place it: it is named under the figure with its counts.
     assert md.rstrip().endswith(

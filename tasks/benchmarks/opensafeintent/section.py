@@ -75,7 +75,7 @@ def section(wh, spec) -> str:
                   "Utility of each episode's first and last response; recovery = last - first "
                   "(rule O11):", ""]
         lines += md_table(
-            ["target", "condition", "scored / episodes", "first utility", "last utility",
+            ["target", "condition", "scored / completed episodes", "first utility", "last utility",
              "recovery"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_episodes']}",
               number(r["first_utility"]), number(r["last_utility"]), number(r["recovery"])]

@@ -116,15 +116,17 @@ def section(wh, spec) -> str:
             else r["target"]
 
     lines += md_table(
-        ["target", "behaviour", "domain", "scored / episodes", "success", "turns", "tokens",
+        ["target", "behaviour", "domain", "scored / completed episodes", "success", "turns", "tokens",
          "ineffective", "R", "R_ref", "regret", "too early", "too late"],
         [[who(r), r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
           _pct(r["success"]), _num(r["turns"]), _num(r["tokens"], False),
           _pct(r["ineffective_rate"]), _num(r["reward"], True), _num(r["r_ref"], True),
           _num(r["regret"], True), _pct(r["too_early_rate"]), _pct(r["too_late_rate"])]
          for r in summary] +
-        # A target none of whose episodes completed keeps its row: its count and why.
-        [[r["target"], "all", "all", f"0 / {r['n_episodes']} (failed: {r['reasons']})"]
+        # A target none of whose episodes completed keeps its row: its count and why. The
+        # column counts completed episodes in every row (the views read only those), so its
+        # failed episodes are named beside "0 / 0", never as the column's denominator.
+        [[r["target"], "all", "all", f"0 / 0 ({r['n_episodes']} failed: {r['reasons']})"]
          + ["n/a"] * 9 for r in failed])
     lines += agreement
     fallback = sum(r["n_correct_by_equivalence"] for r in summary)
