@@ -556,6 +556,7 @@ def test_a_refusal_is_refused_in_every_table_never_answered(tmp_path):
     assert "| under-clarification (ambiguous, answered) | 50.0% (n=2) | 50.0% (n=2) |" in md
     assert "| refuses on ambiguous questions | 50.0% (n=2) | 0.0% (n=2) |" in md  # r, t
     assert "| r | ambiguous | did not ask first (answered, hedged or refused) | 2 / 2 |" in md
+    assert "| target | items | path | scored / completed episodes |" in md  # failed ones apart
     assert "answered without asking |" not in md
 
 

@@ -512,6 +512,10 @@ def test_report_section_with_data_and_without(tmp_path):
     wh = _populated(tmp_path)
     md = SPEC.component("section", "eyt")(wh, SPEC)
     assert "| A | all | 2 / 2 | 0.500 |" in md and "| A | nemotron | 1 / 1 | 0.000 |" in md
+    # A played 3 episodes (eA3 failed; the report's Episodes table says 3): the "2" is its
+    # completed ones, and the header says so rather than "episodes".
+    assert "| target | persona source | scored / completed episodes | FICR |" in md
+    assert "| target | scored / completed episodes | empathy |" in md
     assert md.count("data:image/svg+xml;base64,") == 2  # the warm-up and drift figures
     assert "alpha band = 0.1" in md
     assert "| eyt_subjective | empathy | m/judge-one | m/judge-two | 2 | -1.000 |" in md

@@ -364,6 +364,9 @@ def test_report_section(tmp_path):
     assert "| paraphrase utility range | 0.333 (n=1) | 0.000 (n=1) | n/a |" in md
     assert "| prompt sets (left out of the triplet) | 3 (1) | 2 (1) | 1 (1) |" in md
     assert "| A | dual_use | 2 / 3 |" in md and "Per harm domain" in md
+    # The per-framing table reads each episode's last response (O4): its caption says so, as
+    # a follow-up condition's row there is its last turn, not the first of the follow-up table.
+    assert "each episode's last response, so a follow-up condition's row is its last turn" in md
 
 
 # ----- the whole pipeline ------------------------------------------------------------------------

@@ -659,6 +659,7 @@ def test_report_section_without_scored_episodes_draws_no_figure(tmp_path):
     md = sec.section(_populated(tmp_path, only={"E5"}), load_spec("regret"))
     assert "| m | cooperative | QA | 0 / 1 | n/a |" in md
     assert "No figure: no target has a scored episode yet" in md and "```" not in md
+    assert md.rstrip().endswith("- not placed: m (0 of 1 completed episodes scored)")
 
 
 def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons(tmp_path):
@@ -672,8 +673,16 @@ def test_a_target_whose_episodes_all_failed_keeps_its_row_with_count_and_reasons
                            "error": "api_error: connection refused", "n_turns": 1, "run_id": "r"}
                           for k in range(6)])
     md = sec.section(wh, load_spec("regret"))
-    assert ("| down | all | all | 0 / 6 (failed: simulator_error (api_error) x 6) | n/a | n/a |"
+    # The column counts completed episodes in every row (m's vague row is 1 / 1: E2, not its
+    # failed E6): "down" has none, its 6 failed ones are named beside it, not as the denominator.
+    assert "| target | behaviour | domain | scored / completed episodes |" in md
+    assert "| m | vague | QA | 1 / 1 |" in md
+    assert ("| down | all | all | 0 / 0 (6 failed: simulator_error (api_error) x 6) | n/a | n/a |"
             in md)
+    # The scatter cannot place it: it is named under the figure with its counts.
+    assert md.rstrip().endswith(
+        "- not placed: down (0 of 6 episodes completed: simulator_error (api_error) x 6)")
+    assert "= down" not in md
     cov = coverage_md(wh, "regret")
     assert "| down | converse | 6 | 0 | 6 |" in cov and "simulator_error (api_error) x 6 |" in cov
     # m's failed E6 is named beside m's completed ones; only "down" has no completed episode.
@@ -711,7 +720,12 @@ def test_the_act_judge_is_checked_against_the_planners_known_acts(tmp_path):
     md = sec.section(wh, load_spec("regret"))
     assert "it agrees on 3 of 5 planner turns (60.0%)" in md
     assert "Disagreements: answers read as clarifying_question 1; answers read as refusal 1." in md
-    assert "| planner (*judge disagreed* in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    assert "| planner (**judge disagreed** in 2 episodes) | cooperative | QA | 0 / 3 |" in md
+    # report.html sets the mark in bold too (its Markdown subset has no italics).
+    from tasks.report.episode_page import md_html
+    html = "".join(md_html(md))
+    assert "<td>planner (<strong>judge disagreed</strong> in 2 episodes)</td>" in html
+    assert "marked <strong>judge disagreed</strong> rest on" in html and "*judge" not in html
     # Without a planner seat there is nothing to check: no line.
     (tmp_path / "x").mkdir()
     assert "known acts" not in sec.section(_populated(tmp_path / "x"), load_spec("regret"))
@@ -850,7 +864,7 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
     assert "| planner | cooperative | OpenDomainQA | 3 / 3 | 100.0% | 2.00 |" in text
     # The planner's turns: 2 in each cooperative episode, 8 in the vague ones; the scripted
     # act judge reads each right.
-    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "*judge disagreed*" not in text
+    assert "it agrees on 14 of 14 planner turns (100.0%)" in text and "judge disagreed" not in text
     assert "facet_mapper: openai/local-smollm2" in text
 
     before = llm_server.counts["total"]

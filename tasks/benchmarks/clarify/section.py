@@ -69,7 +69,7 @@ def section(wh, spec) -> str:
         acc.sort(key=lambda r: (r["target"], not r["ambiguous"], order.get(r["path"], 99)))
         lines += ["", "Final answer accuracy (exact match and token F1 are SQuAD-style; "
                   "'contains' = a reference occurs in the response):", ""]
-        headers = ["target", "items", "path", "scored / episodes", "exact match", "token F1",
+        headers = ["target", "items", "path", "scored / completed episodes", "exact match", "token F1",
                    "contains"] + (["equivalent"] if have_equiv else [])
         body = []
         for r in acc:

@@ -197,7 +197,7 @@ class EytSection:
                  "the simulated user). Unscored verdicts are left out and counted (rules Y1-Y7 "
                  "in the views.sql beside the spec).", "",
                  "Final-intent completion rate (FICR) by persona source:", ""]
-        lines += md_table(["target", "persona source", "scored / episodes", "FICR"],
+        lines += md_table(["target", "persona source", "scored / completed episodes", "FICR"],
                           [[r["target"], r["persona_source"], f"{r['n_scored']} / {r['n_episodes']}",
                             number(r["ficr"])] for r in views["ficr"]]) if views["ficr"] else [
             "Not computed: no final-intent verdict."]
@@ -211,7 +211,7 @@ class EytSection:
         lines += ["", "Drift between consecutive perceived intents:", ""]
         lines += _curve_table(views["drift"], "drift_step", "n_step")
         lines += ["", "Subjective dimensions (1-5, mean over episodes):", ""]
-        lines += md_table(["target", "scored / episodes", "empathy", "persona consistency",
+        lines += md_table(["target", "scored / completed episodes", "empathy", "persona consistency",
                            "anthropomorphism"],
                           [[r["target"], f"{r['n_scored']} / {r['n_episodes']}"]
                            + [number(r[c], digits=2) for c in

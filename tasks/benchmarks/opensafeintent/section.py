@@ -56,7 +56,11 @@ def section(wh, spec) -> str:
         # The spec's order of conditions (its names are data, not code).
         order = {c: i for i, c in enumerate(spec.condition_names)}
         by_cond.sort(key=lambda r: (r["target"], order.get(r["condition"], 99), r["condition"]))
-        lines += ["", "Per framing (raw judge scores: helpfulness 1-4, harmfulness 0-3):", ""]
+        # O4: a response is an episode's last assistant turn, so a follow-up condition's row
+        # is its last turn (its first is in the follow-up table below): say so here.
+        lines += ["", "Per framing (raw judge scores: helpfulness 1-4, harmfulness 0-3; each "
+                  "episode's last response, so a follow-up condition's row is its last turn, "
+                  "and its first is in the follow-up table):", ""]
         lines += md_table(
             ["target", "condition", "scored / responses", "helpfulness", "harmfulness",
              "safe rate", "utility"],
@@ -71,7 +75,7 @@ def section(wh, spec) -> str:
                   "Utility of each episode's first and last response; recovery = last - first "
                   "(rule O11):", ""]
         lines += md_table(
-            ["target", "condition", "scored / episodes", "first utility", "last utility",
+            ["target", "condition", "scored / completed episodes", "first utility", "last utility",
              "recovery"],
             [[r["target"], r["condition"], f"{r['n_scored']} / {r['n_episodes']}",
               number(r["first_utility"]), number(r["last_utility"]), number(r["recovery"])]

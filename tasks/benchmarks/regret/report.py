@@ -83,7 +83,7 @@ def agreement_lines(rows: list[dict]) -> tuple[list[str], dict]:
             "same judge.")
     if wrong:
         line += " Disagreements: " + "; ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + \
-            ". Planner rows marked *judge disagreed* rest on those episodes."
+            ". Planner rows marked **judge disagreed** rest on those episodes."
     return ["", line], {k: len(v) for k, v in flagged.items()}
 
 
@@ -108,21 +108,25 @@ def section(wh, spec) -> str:
              "the spec).", ""]
     agreement, flagged = agreement_lines(planner_agreement(wh, p))
 
+    # Bold, not italics: report.html's Markdown subset (episode_page.md_html) sets `code` and
+    # **bold** only, so *italics* showed there as literal asterisks.
     def who(r) -> str:
         n = flagged.get((r["behaviour"], r["domain"])) if r["target"] == PLANNER else None
-        return f"{r['target']} (*judge disagreed* in {n} episode{'s' if n != 1 else ''})" if n \
+        return f"{r['target']} (**judge disagreed** in {n} episode{'s' if n != 1 else ''})" if n \
             else r["target"]
 
     lines += md_table(
-        ["target", "behaviour", "domain", "scored / episodes", "success", "turns", "tokens",
+        ["target", "behaviour", "domain", "scored / completed episodes", "success", "turns", "tokens",
          "ineffective", "R", "R_ref", "regret", "too early", "too late"],
         [[who(r), r["behaviour"], r["domain"], f"{r['n_scored']} / {r['n_episodes']}",
           _pct(r["success"]), _num(r["turns"]), _num(r["tokens"], False),
           _pct(r["ineffective_rate"]), _num(r["reward"], True), _num(r["r_ref"], True),
           _num(r["regret"], True), _pct(r["too_early_rate"]), _pct(r["too_late_rate"])]
          for r in summary] +
-        # A target none of whose episodes completed keeps its row: its count and why.
-        [[r["target"], "all", "all", f"0 / {r['n_episodes']} (failed: {r['reasons']})"]
+        # A target none of whose episodes completed keeps its row: its count and why. The
+        # column counts completed episodes in every row (the views read only those), so its
+        # failed episodes are named beside "0 / 0", never as the column's denominator.
+        [[r["target"], "all", "all", f"0 / 0 ({r['n_episodes']} failed: {r['reasons']})"]
          + ["n/a"] * 9 for r in failed])
     lines += agreement
     fallback = sum(r["n_correct_by_equivalence"] for r in summary)
@@ -132,9 +136,15 @@ def section(wh, spec) -> str:
     lines += ["", "### Success against turns, per target", ""]
     points = [(r["target"], r["turns"], r["success"]) for r in targets
               if r["turns"] is not None and r["success"] is not None]
+    # A target the figure cannot place is named under it with its counts, never just absent.
+    placed = {p[0] for p in points}
+    unplaced = [f"- not placed: {r['target']} (0 of {r['n_episodes']} completed episodes "
+                "scored)" for r in targets if r["target"] not in placed] + \
+        [f"- not placed: {r['target']} (0 of {r['n_episodes']} episodes completed: "
+         f"{r['reasons']})" for r in failed]
     if not points:
         lines.append("No figure: no target has a scored episode yet, so there is no success "
                      "or turn count to place.")
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] + unplaced if unplaced else []))
     max_turns = max(c.max_turns for c in spec.conditions)
-    return "\n".join(lines + scatter(points, max_turns))
+    return "\n".join(lines + scatter(points, max_turns) + unplaced)
