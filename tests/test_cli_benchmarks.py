@@ -39,6 +39,9 @@ def test_plan_counts_episodes_and_judge_calls(tmp_path):
     assert "1 items, 9 conditions, 1 target(s): 11 episodes" in r.output
     line = next(x for x in r.output.splitlines() if x.startswith("targets "))
     assert line.split()[2] == "17"
+    # The follow-ups' calls are upper bounds; the move checker, unset, makes none to bound.
+    bounds = next(x for x in r.output.splitlines() if "upper bounds" in x)
+    assert "targets" in bounds and "user_simulator" in bounds and "move_checker" not in bounds
 
 
 def test_report_without_a_warehouse_says_so(tmp_path):

@@ -52,7 +52,10 @@ def server_up(home: Optional[str] = HomeOpt,
                f"{prefect_server.POOL}")
     typer.echo("deployments: carryon/full, carryon/demo. In your shell:")
     typer.echo(f"  {prefect_server.export_line(state)}")
-    typer.echo("  prefect deployment run carryon/full --param config=configs/paper.yaml --watch")
+    # The demo runs offline on the local model (`carryon local-model start`); carryon/full
+    # takes your config (configs/paper.yaml needs the CASE-Bench file and provider keys).
+    typer.echo("  prefect deployment run carryon/demo --watch")
+    typer.echo("  prefect deployment run carryon/full --param config=<your config> --watch")
 
 
 @server_app.command("add-worker")

@@ -138,6 +138,9 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if skipped:
         notes.append("conditions an item lacks (no episode): " + ", ".join(
             f"{k} {v}" for k, v in sorted(skipped.items())) + ".")
+    # Only the roles the plan has rows for (an optional role the config leaves unset, such
+    # as the move checker, makes no call).
+    bound &= {r["role"] for r in rows}
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
