@@ -89,8 +89,10 @@ def _load_spec(name_or_path: str) -> BenchmarkSpec:
 
 def _engine_stages(raw: dict, path: Path) -> dict:
     """The older ``engine:`` key as ``stages:``: ``episodes`` is the episode engine's stages,
-    a built-in benchmark's name is that benchmark's stages (with the component modules that
-    register them, resolved in that benchmark's folder)."""
+    a built-in benchmark's name is that benchmark's way of running: its stages (with the
+    component modules that register them, resolved in that benchmark's folder) and, where
+    the spec gives none, the loader and sample keys they play with (so a spec written with
+    ``engine: carryon`` before CarryOnBench played on the episodes stage still loads)."""
     raw = dict(raw)
     engine = raw.pop("engine")
     if "stages" in raw:
@@ -106,7 +108,8 @@ def _engine_stages(raw: dict, path: Path) -> dict:
         registry.import_components(theirs.get("components") or [], other.parent)
     except registry.ComponentError as e:
         raise SpecError(f"{other}: components: {e}") from None
-    return {**raw, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
+    inherited = {k: theirs[k] for k in ("loader", "sample_keys") if k in theirs and k not in raw}
+    return {**inherited, **raw, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
 
 
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:

@@ -415,15 +415,18 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     assert carryon_conditions() == carryon_conditions(load_spec("carryon"))
     assert (carryon_conditions().bc, carryon_conditions().nc, carryon_conditions().oracle) == \
         ("BC", "NC", "oracle")
-    base = ("name: carryon\ntitle: C\nengine: carryon\nloader: carryon\n"
-            "sample_keys: {by: prefix, oracle: oracle}\njudges: [benutil, safety]\nconditions:\n"
+    # A spec written with the older `engine: carryon` (before CarryOnBench played on the
+    # episodes stage) gets its loader and sample keys with its stages.
+    base = ("name: carryon\ntitle: C\nengine: carryon\njudges: [benutil, safety]\nconditions:\n"
             "  - {name: oracle, prompt: oracle, user: single_turn, max_turns: 1}\n")
     bc = "  - {name: B, prompt: query, user: scripted, max_turns: 6, script: {group: BC}}\n"
     nc = "  - {name: N, prompt: query, user: scripted, max_turns: 6, script: {group: NC}}\n"
     f = tmp_path / "c1.yaml"
     f.write_text(base + bc + nc)
-    names = carryon_conditions(load_spec(str(f)))
+    spec = load_spec(str(f))
+    names = carryon_conditions(spec)
     assert (names.bc, names.nc, names.oracle) == ("B", "N", "oracle")
+    assert (spec.loader, spec.sample_keys.oracle) == ("carryon", "oracle")
     f = tmp_path / "c2.yaml"
     f.write_text(base + bc)  # no NC condition
     with pytest.raises(SpecError, match=r"c2.yaml: .*one scripted condition per group BC and NC"):
