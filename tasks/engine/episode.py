@@ -172,7 +172,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
                       "act_call_hash": None, "aside": None})
         transcript.append({"role": "user", "content": nxt.content})
     if status == "completed" and env.move_check is not None and env.move_check.exclude_failing:
-        failed = [c for c in checks if c["kept"] and c["passed"] is False]
+        failed = failed_checks(checks)
         if failed:  # a user turn still failed its check: out of the metric views
             c = failed[0]
             status, error_hash = "move_check_failed", c["call_hash"]
@@ -184,6 +184,12 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
            "status": status, "termination": termination, "n_turns": len(turns),
            "error": error, "error_call_hash": error_hash, "run_id": run_id}
     return Played(row, turns, checks)
+
+
+def failed_checks(checks: list[dict]) -> list[dict]:
+    """The move checks of user turns that went into the episode and still failed (a checker
+    call that failed leaves its turn unchecked, ``passed`` None, not failed)."""
+    return [c for c in checks if c["kept"] and c["passed"] is False]
 
 
 def run_seats(cfg) -> list[Seat]:
@@ -239,8 +245,7 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
            "blocked_turns": sum(bool(t["blocked"]) for p in played for t in p.turns),
            "errors": errors}
     if env.move_check is not None:  # episodes with a kept user turn that failed its check
-        out["move_check_failed"] = sum(any(c["kept"] and c["passed"] is False for c in p.checks)
-                                       for p in played)
+        out["move_check_failed"] = sum(bool(failed_checks(p.checks)) for p in played)
     return out
 
 
