@@ -9,8 +9,10 @@ from prefect.cache_policies import NO_CACHE
 from flows.episodes import run_work
 from tasks.engine.episode import episode_key, stored_episode_ids
 from tasks.engine.keys import keys_of
-from tasks.engine.stage import run_batches
-from tasks.engine.verdicts import agreement_rows, judge_batch, merge, set_rows, spec_judges
+from tasks.engine.stage import run_batches, whole_batches
+from tasks.engine.verdicts import (
+    agreement_rows, judge_batch, judge_sets, merge, set_rows, spec_judges,
+)
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
 from tasks.engine.stage_errors import StageFailed, all_failed, every
@@ -19,38 +21,45 @@ BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
 
 
-def run_episode_ids(ctx) -> list[str]:
-    """The run's episodes that are stored (played by this or an earlier run)."""
+def run_episodes(ctx) -> tuple[list[tuple[str, str]], list]:
+    """The run's episodes that are stored (played by this or an earlier run), as (episode id,
+    item id) in work order, and the run's items as its prepare stages left them."""
     spec = ctx.config.spec
-    _, work, _, _ = run_work(ctx)
+    items, work, _, _ = run_work(ctx)
     keys = keys_of(spec, ctx.config)
-    ids = [episode_key(keys, spec.name, t.name, item.item_id, c.name, plan)
+    ids = [(episode_key(keys, spec.name, t.name, item.item_id, c.name, plan), item.item_id)
            for item, c, t, plan in work]
-    stored = stored_episode_ids(ctx.warehouse, ids)
-    return [i for i in ids if i in stored]
+    stored = stored_episode_ids(ctx.warehouse, [i for i, _ in ids])
+    return [(e, i) for e, i in ids if e in stored], items
 
 
 @task(name="verdict-batch", cache_policy=NO_CACHE, persist_result=False)
-async def verdict_batch_task(run_id: str, episode_ids: list[str]) -> dict:
+async def verdict_batch_task(run_id: str, episode_ids: list[str], set_ids: list[str]) -> dict:
     ctx = get_run(run_id)
     judges, _ = spec_judges(ctx.config)
-    return await judge_batch(ctx, judges, episode_ids)
+    return await judge_batch(ctx, judges, episode_ids, set_ids)
 
 
 @flow(name="verdicts")
 async def verdicts_flow(run_id: str) -> dict:
     ctx = get_run(run_id)
     judges, skipped = spec_judges(ctx.config)
-    ctx.warehouse.write("verdict_sets", set_rows(ctx, judges))
-    ids = run_episode_ids(ctx)
-    parts = [ids[i:i + BATCH_EPISODES] for i in range(0, len(ids), BATCH_EPISODES)]
-    results = await run_batches(ctx, Progress("verdicts", len(ids), unit="episodes"), parts,
-                                lambda part: verdict_batch_task(run_id, part),
+    episodes, items = run_episodes(ctx)
+    # The sets hash the versions of the judged items (Ben-Util: their checklists).
+    judged = {i for _, i in episodes}
+    sets = judge_sets(ctx, judges, [it for it in items if it.item_id in judged])
+    ctx.warehouse.write("verdict_sets", set_rows(ctx, sets))
+    set_ids = [s.set_id for s in sets]
+    # Batches of whole items: an item's episodes that share their first responses are
+    # judged in one batch, so each distinct request is sent once.
+    parts = [[e for e, _ in b] for b in whole_batches(episodes, BATCH_EPISODES, lambda e: e[1])]
+    results = await run_batches(ctx, Progress("verdicts", len(episodes), unit="episodes"), parts,
+                                lambda part: verdict_batch_task(run_id, part, set_ids),
                                 in_flight=BATCHES_IN_FLIGHT)
     summary = {**merge(results), "judges": [j.kind for j, _ in judges],
-               "judges_skipped": skipped}
+               "judges_skipped": skipped, "verdict_sets": {s.judge.kind: s.set_id for s in sets}}
     # A voting panel's agreement over its whole set (this run's votes and earlier ones).
-    agreement = agreement_rows(ctx.warehouse, judges)
+    agreement = agreement_rows(ctx.warehouse, sets)
     if agreement:
         ctx.warehouse.write("judge_agreement", agreement, delete=(
             "list_contains(?, judgment_set_id)", [sorted({r["judgment_set_id"] for r in agreement})]))

@@ -209,16 +209,16 @@ def migrate_benchmarks(con) -> None:
         "AND table_catalog = current_database()").fetchall()}
     for name in builtin_names():
         spec = load_spec(name)
-        m = spec.views.migrate if spec.views is not None else None
-        if m is not None and m.when_table in tables:
-            con.execute(_filled(spec, m.file))
+        for m in spec.views.migrations if spec.views is not None else []:
+            if m.when_table in tables:
+                con.execute(_filled(spec, m.file))
 
 
 def migrated_tables() -> list[str]:
     """The tables the built-in specs' migrations move (a merge refuses a source that has
     them: it is attached read-only, so it cannot migrate)."""
-    return [s.views.migrate.when_table for s in map(load_spec, builtin_names())
-            if s.views is not None and s.views.migrate is not None]
+    return [m.when_table for s in map(load_spec, builtin_names()) if s.views is not None
+            for m in s.views.migrations]
 
 
 on_init(migrate_benchmarks)

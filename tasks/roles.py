@@ -51,9 +51,9 @@ ROLE_TABLE: tuple[Role, ...] = (
          in_report=True),
     Role("move_checker", ("simulate",), "one", "user/move_check.j2", "MoveCheckVerdict",
          (650, 120), optional=True),
-    Role("benutil_judge", ("judge",), "either", "judge/benutil.j2", "BenUtilVerdict", (350, 40),
+    Role("benutil_judge", ("verdicts",), "either", "judge/benutil.j2", "BenUtilVerdict", (350, 40),
          in_report=True),
-    Role("safety_judge", ("judge",), "either", "judge/safety.j2", "SafetyVerdict", (450, 40),
+    Role("safety_judge", ("verdicts",), "either", "judge/safety.j2", "SafetyVerdict", (450, 40),
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
     # The engine's judges: one entry, or a list of models that vote (tasks/judges/base.py).

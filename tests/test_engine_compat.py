@@ -144,6 +144,30 @@ def test_home_of_the_six_benchmarks_reruns_with_zero_requests_and_identical_view
         (r["target"], r["condition"], r["n"]) for r in Warehouse(home / "warehouse.duckdb").query(
             "SELECT target, condition, count(*) AS n FROM conversations "
             "WHERE status = 'completed' GROUP BY ALL")}
+    # Rule change (CarryOnBench's judging on the engine's verdicts stage): its Ben-Util and
+    # safety judgments are verdicts now, so episode_verdicts lists them too, each as the
+    # item_judgments and safety_judgments views give it; every other row is as it was.
+    carryon = [json.loads(r) for r in got["episode_verdicts"]
+               if json.loads(r)["benchmark"] == "carryon"]
+    got["episode_verdicts"] = [r for r in got["episode_verdicts"]
+                               if json.loads(r)["benchmark"] != "carryon"]
+    wh = Warehouse(home / "warehouse.duckdb")
+    judged = {(r["c"], r["p"], f"fulfilled:{r['i']}", r["v"]) for r in wh.query(
+        "SELECT conversation_id AS c, position AS p, item_id AS i, "
+        "CAST(fulfilled AS DOUBLE) AS v FROM item_judgments")}
+    judged |= {(r["c"], r["p"], "score", r["v"]) for r in wh.query(
+        "SELECT conversation_id AS c, position AS p, CAST(score AS DOUBLE) AS v "
+        "FROM safety_judgments")}
+    assert len(judged) > 20 and {(r["episode_id"], r["position"], r["measure"], r["value"])
+                                 for r in carryon} == judged
+    # ... and selected_verdict_sets lists its two sets, under the ids its judgment sets had,
+    # with the columns verdict sets gained for them (judges, item_version, args).
+    sets = [json.loads(r) for r in got["selected_verdict_sets"]]
+    assert {r["judgment_set_id"] for r in sets if r["benchmark"] == "carryon"} == {
+        r["judgment_set_id"] for r in wh.query("SELECT * FROM selected_judgment_sets")}
+    got["selected_verdict_sets"] = sorted(
+        json.dumps({k: v for k, v in r.items() if k not in ("judges", "item_version", "args")},
+                   sort_keys=True) for r in sets if r["benchmark"] != "carryon")
     for name in sorted(expected):
         assert got[name] == expected[name], f"view {name} changed on the compatibility home"
 
@@ -165,7 +189,7 @@ def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, compat_home,
     spec_file = tmp_path / "renamed.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
     # A spec's views are beside it: the copy takes CarryOnBench's along.
-    for name in ("views.sql", "migrate.sql"):
+    for name in ("views.sql", "migrate.sql", "migrate_judgments.sql"):
         shutil.copy(CARRYON_SPEC.with_name(name), tmp_path / name)
     cfg = yaml.safe_load(path.read_text())
     cfg["benchmark"] = str(spec_file)

@@ -109,7 +109,13 @@ class ViewsSpec(_Strict):
 
     file: str = "views.sql"
     prefix: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    migrate: MigrateSpec | None = None
+    # One migration, or several run in order (each while its own when_table is a table).
+    migrate: MigrateSpec | list[MigrateSpec] | None = None
+
+    @property
+    def migrations(self) -> list[MigrateSpec]:
+        return [] if self.migrate is None else (
+            self.migrate if isinstance(self.migrate, list) else [self.migrate])
 
 
 class SampleKeysSpec(_Strict):
@@ -144,6 +150,10 @@ class BenchmarkSpec(_Strict):
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
     sample_keys: SampleKeysSpec | None = None  # unset: sampled calls keyed by transcript
+    # How the verdicts stage names its sets and keys a sampled judge's calls
+    # (tasks/engine/verdicts.py): the engine's recipe, or the one CarryOnBench's judgment sets
+    # have used since its first release (its older homes rerun with 0 requests).
+    verdict_keys: Literal["verdict_sets", "judgment_sets"] = "verdict_sets"
     # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
     args: dict[str, dict] = Field(default_factory=dict)
     source_path: str | None = Field(None, exclude=True)

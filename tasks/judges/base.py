@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+import prompts
 from tasks.engine.items import Item
-from tasks.judges.protocol import JudgeKind, reason
+from tasks.judges.protocol import JudgeKind, reason, set_hash
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class TurnView:
     # What the target policy stated beside each of the episode's assistant turns up to and
     # including this one (episode_turns.aside, JSON text or None), in order.
     asides: tuple[str | None, ...] = ()
+    # Which turns of ``history`` the provider blocked (in order; empty: none), so a judge that
+    # shows the history can say so where a blocked turn has no text.
+    history_blocked: tuple[bool, ...] = ()
 
     @property
     def aside(self) -> str | None:
@@ -102,6 +106,7 @@ class Measure:
     label: str | None = None
     reason: str | None = None
     unit: str | None = None  # the request's unit (a checklist item), stored as measure:unit
+    evidence: str | None = None  # the quote the verdict rests on (Ben-Util), apart from reason
 
     @property
     def stored(self) -> str:
@@ -126,6 +131,22 @@ class Judge:
 
     def wants(self, turn: TurnView) -> bool:
         return True
+
+    def item_version(self, item) -> str | None:
+        """The version of the item's hidden data this judge reads (Ben-Util: its checklist's),
+        stored with every verdict and hashed into the set's id under the judgment-set recipe
+        (tasks/engine/verdicts.py). None: the judge reads no versioned data."""
+        return None
+
+    def changed_args(self) -> dict:
+        """The judge's arguments that differ from their defaults (``verdict_sets.args``)."""
+        args = getattr(self, "args", None)
+        return args.model_dump(exclude_defaults=True) if isinstance(args, BaseModel) else {}
+
+    def judgment_identity(self) -> tuple[str, dict]:
+        """Under the judgment-set recipe: the prompt version the set names and what else of
+        the judge's own makes it a different set (see tasks/engine/verdicts.py)."""
+        return prompt_version_of(self), {"history": False}
 
     def request(self, turn: TurnView) -> Request | None:
         raise NotImplementedError
@@ -179,6 +200,12 @@ class Judge:
         return out
 
 
+def prompt_version_of(judge) -> str:
+    """The hash of a judge's templates, its rule version and measures (its sets name it)."""
+    return set_hash([prompts.template_version(*judge.templates) if judge.templates else "",
+                     judge.extra_version, list(judge.measures)])
+
+
 def verdict_sample_key(model, messages: list[dict]) -> str | None:
     """A sampled judge's key from its request (a user policy that reads acts uses it too, so
     the verdicts stage finds its calls in the cache)."""
@@ -195,9 +222,11 @@ class SpecKind(JudgeKind):
 
     table = "verdicts"
 
-    def __init__(self, judge: Judge, models: list, set_id: str):
+    def __init__(self, judge: Judge, models: list, set_id: str, sample_key=None):
         super().__init__(list(models), set_id)
         self.judge, self.kind, self.role = judge, judge.kind, judge.role
+        # How a sampled judge's calls are keyed (the set recipe's; tasks/engine/verdicts.py).
+        self._sample_key = sample_key or verdict_sample_key
         self.unscored: Counter = Counter()
         self.vote_rows: list[dict] = []
         self.revisions: list = []  # the second answers (a judge's revision calls)
@@ -233,7 +262,7 @@ class SpecKind(JudgeKind):
         return source.schema
 
     def sample_key(self, spec, messages):
-        return verdict_sample_key(spec, messages)
+        return self._sample_key(spec, messages)
 
     def parse(self, r) -> tuple:
         # An embedding call's answer is its vectors. A vote: (parsed, revised, reason, hash).
@@ -273,7 +302,8 @@ class SpecKind(JudgeKind):
         return {"judgment_set_id": self.set_id, "episode_id": t.episode_id,
                 "position": t.position, "measure": m.stored, "kind": self.kind,
                 "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                "reason": m.reason, "call_hash": call_hash}
+                "reason": m.reason, "call_hash": call_hash, "evidence": m.evidence,
+                "item_version": self.judge.item_version(t.item)}
 
     def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
         if not keys:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.judges.votes import majority_vote
 from tasks.judges.prompts import (
     _FENCE_TEMPLATE, BENUTIL_TEMPLATE, MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages,
-    evidence_in_response, quoted_verdict,
+    evidence_in_response, prompt_version, quoted_verdict,
 )
 from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
@@ -79,11 +79,15 @@ class BenUtilArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checklist: str = "checklist"  # the key of item.hidden that holds the item's checklist
+    # The key of item.hidden that holds the checklist's version (unset: unversioned). Stored
+    # with each verdict; the judgment-set recipe hashes the run's versions into the set id.
+    version: str | None = None
     # The key of item.prompts shown to the judge as the query (unset: the episode's opening
     # turn). CarryOnBench shows the bare query, also for the oracle's turns.
     query: str | None = None
     # Offer the response's passages as the only quotes (schema-constrained small judges).
-    quote_choices: bool = False
+    # (Also set by the config's judging.benutil_quote_choices: tasks/engine/verdicts.py.)
+    quote_choices: bool = Field(False, json_schema_extra={"config": "benutil_quote_choices"})
 
 
 @judge("benutil", args=BenUtilArgs, roles=(BENUTIL,))
@@ -123,6 +127,15 @@ class BenUtilJudge(Judge):
     def check_item(self, item) -> None:
         self.checklist(item)
 
+    def item_version(self, item) -> str | None:
+        return None if self.args.version is None else item.hidden.get(self.args.version)
+
+    def judgment_identity(self) -> tuple[str, dict]:
+        # The one prompt version of Ben-Util's and safety's templates and schemas; quote
+        # choices only when set, so every set made before the option keeps its id.
+        extra = {"quote_choices": True} if self.args.quote_choices else {}
+        return prompt_version(), {"history": False, **extra}
+
     def requests_per_turn(self, item) -> int:
         return len(self.checklist(item))
 
@@ -158,8 +171,8 @@ class BenUtilJudge(Judge):
             value, evidence, why = checked_answer(parsed, request.data[1])
         else:  # a first answer that stands: its quote holds, or it says "not fulfilled"
             value, evidence, why = parsed.fulfilled, parsed.evidence[:MAX_EVIDENCE_CHARS], None
-        return [Measure("fulfilled", None if value is None else float(value), None,
-                        evidence if why is None else why, request.unit)]
+        return [Measure("fulfilled", None if value is None else float(value), None, why,
+                        request.unit, evidence)]
 
     def unscored_of(self, turn, request, reason_, revised=False) -> list[Measure]:
         return [Measure("fulfilled", None, None, reask_failed(reason_) if revised else reason_,
@@ -170,7 +183,7 @@ class BenUtilJudge(Judge):
         (head, *_), votes = per_judge[0], [ms[0] for ms in per_judge]
         value, why = majority_vote([(None if m.value is None else bool(m.value),
                                      m.reason if m.value is None else None) for m in votes])
-        evidence = next((m.reason for m in votes
+        evidence = next((m.evidence for m in votes
                          if m.value is not None and bool(m.value) == value), None)
-        return [Measure("fulfilled", None if value is None else float(value), None,
-                        evidence if value is not None else why, head.unit)]
+        return [Measure("fulfilled", None if value is None else float(value), None, why,
+                        head.unit, evidence)]

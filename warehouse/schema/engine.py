@@ -77,6 +77,12 @@ class VerdictSet(SQLModel, table=True):
     prompt_version: str
     created: dt.datetime
     run_id: str
+    # Added with Ben-Util's and safety's sets on the engine (NULL in sets written before):
+    judges: str | None = None  # JSON list of the judge model strings, in vote order
+    # A hash over the versions of the items' hidden data the judge read (Ben-Util: each
+    # item's checklist version); NULL for a judge that reads none.
+    item_version: str | None = None
+    args: str | None = None  # JSON of the judge's arguments that differ from their defaults
 
 
 class Verdict(SQLModel, table=True):
@@ -97,6 +103,10 @@ class Verdict(SQLModel, table=True):
     label: str | None = None  # a category (an act), where the measure has one
     reason: str | None = None  # the judge's reasoning, or why it is unscored
     call_hash: str | None = None
+    # The quote a judge gave for its verdict (Ben-Util's evidence), apart from its reasoning.
+    evidence: str | None = None
+    # The version of the item's hidden data this verdict read (Ben-Util: the checklist's).
+    item_version: str | None = None
 
 
 class VerdictVote(SQLModel, table=True):
@@ -115,6 +125,8 @@ class VerdictVote(SQLModel, table=True):
     label: str | None = None
     reason: str | None = None
     call_hash: str | None = None
+    evidence: str | None = None  # as in verdicts
+    item_version: str | None = None
 
 
 class BenchCondition(SQLModel, table=True):

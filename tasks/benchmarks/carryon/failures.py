@@ -1,4 +1,4 @@
-"""Why each of CarryOnBench's stages failed, read from the rows it wrote: the engine's rule
+"""Why CarryOnBench's checklists stage failed, read from the rows it wrote: the engine's rule
 (tasks/engine/stage_errors.py: a stage with work that produced nothing because every attempt
 was a call error) applied to its tables, and the checklist stage's own (queries left unbuilt
 because a call got no answer)."""
@@ -50,23 +50,3 @@ def checklists_unbuilt(summaries: list[dict]) -> str | None:
     return (f"{len(failed)} of {len(summaries)} queries could not be built because their calls "
             f"failed (a rerun retries them; the other {len(summaries) - len(failed)} were built "
             f"or dropped by a filter): {causes(reasons)}")
-
-
-def judge_failure(wh, plan) -> str | None:
-    """Why the stage failed: for Ben-Util or safety, there were judgments to make and every
-    one is unscored because its judge calls failed (an unscored verdict from a tie or a
-    missing majority is a judges' disagreement, not a failure). None otherwise, and None
-    with nothing to judge."""
-    cids = [c for c, _ in plan.conversations]
-    if not cids:
-        return None
-    out = []
-    for kind, table, value, set_id in (("Ben-Util", "item_judgments", "fulfilled", plan.benutil_set),
-                                       ("safety", "safety_judgments", "score", plan.safety_set)):
-        rows = wh.query(f"SELECT {value} IS NOT NULL AS scored, reason FROM {table} "
-                        "WHERE judgment_set_id = ? AND list_contains(?, conversation_id)", [set_id, cids])
-        what = every(len(rows), f"{kind} judgment", f"{kind} judgments") + " unscored"
-        line = all_failed(len(rows), sum(r["scored"] for r in rows), [r["reason"] for r in rows], what)
-        if line:
-            out.append(line)
-    return "; ".join(out) or None

@@ -83,6 +83,45 @@ SELECT t.episode_id AS conversation_id, t.position, t.role, t.model_turn,
 FROM episode_turns t JOIN episodes e USING (episode_id)
 WHERE e.benchmark = '{{benchmark}}';
 
+-- CarryOnBench's judgments are the engine's verdicts of its Ben-Util and safety sets (the
+-- verdicts stage, under the judgment-set recipe: the set ids are those its judge stage
+-- made): read as the judgment_sets, item_judgments, safety_judgments and judge_votes users
+-- have queried since the first release. A Ben-Util verdict's measure is fulfilled:<item id>;
+-- a safety verdict's is score; a vote's item_id is 0 for safety (items count from 1), and a
+-- vote's reason is kept only where it is unscored (a scored vote's reasoning is not a reason).
+CREATE OR REPLACE VIEW judgment_sets AS
+SELECT judgment_set_id, kind, judges, prompt_version, item_version AS checklist_version,
+       coalesce(CAST(json_extract(args, '$.sees_history') AS BOOLEAN), false) AS sees_history,
+       created, run_id
+FROM verdict_sets
+WHERE benchmark = '{{benchmark}}' AND kind IN ('benutil', 'safety');
+
+CREATE OR REPLACE VIEW item_judgments AS
+SELECT v.judgment_set_id, v.episode_id AS conversation_id, v.position,
+       CAST(split_part(v.measure, ':', 2) AS INTEGER) AS item_id, e.item_id AS query_id,
+       v.model_turn, CASE WHEN v.value IS NULL THEN NULL ELSE v.value <> 0 END AS fulfilled,
+       v.evidence, v.reason, v.item_version AS checklist_version, v.call_hash
+FROM verdicts v
+JOIN verdict_sets s ON s.judgment_set_id = v.judgment_set_id
+JOIN episodes e ON e.episode_id = v.episode_id
+WHERE s.benchmark = '{{benchmark}}' AND s.kind = 'benutil' AND v.measure LIKE 'fulfilled:%';
+
+CREATE OR REPLACE VIEW safety_judgments AS
+SELECT v.judgment_set_id, v.episode_id AS conversation_id, v.position, v.model_turn,
+       CAST(v.value AS INTEGER) AS score, v.reason, v.call_hash
+FROM verdicts v JOIN verdict_sets s ON s.judgment_set_id = v.judgment_set_id
+WHERE s.benchmark = '{{benchmark}}' AND s.kind = 'safety' AND v.measure = 'score';
+
+CREATE OR REPLACE VIEW judge_votes AS
+SELECT v.judgment_set_id, v.episode_id AS conversation_id, v.position,
+       CASE WHEN s.kind = 'benutil' THEN CAST(split_part(v.measure, ':', 2) AS INTEGER)
+            ELSE 0 END AS item_id,
+       v.judge, CAST(v.value AS INTEGER) AS value,
+       CASE WHEN v.value IS NULL THEN v.reason END AS reason, v.call_hash
+FROM verdict_votes v JOIN verdict_sets s ON s.judgment_set_id = v.judgment_set_id
+WHERE s.benchmark = '{{benchmark}}' AND (s.kind = 'benutil' AND v.measure LIKE 'fulfilled:%'
+                                        OR s.kind = 'safety' AND v.measure = 'score');
+
 -- R12: CarryOnBench's conditions as its spec names them, and the part each one plays.
 CREATE OR REPLACE VIEW carryon_conditions AS
 SELECT condition, CASE WHEN prompt = 'oracle' THEN 'oracle' ELSE script_group END AS part
