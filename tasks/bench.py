@@ -91,8 +91,10 @@ def _engine_stages(raw: dict, path: Path) -> dict:
     """The older ``engine:`` key as ``stages:``: ``episodes`` is the episode engine's stages,
     a built-in benchmark's name is that benchmark's way of running: its stages (with the
     component modules that register them, resolved in that benchmark's folder) and, where
-    the spec gives none, the loader and sample keys they play with (so a spec written with
-    ``engine: carryon`` before CarryOnBench played on the episodes stage still loads)."""
+    the spec gives none, the loader, sample keys and verdict keys they play and judge with and
+    its report, and its judges where the spec names the same ones (so a spec written with ``engine:
+    carryon`` before CarryOnBench played on the episodes and verdicts stages still loads and
+    means the same)."""
     raw = dict(raw)
     engine = raw.pop("engine")
     if "stages" in raw:
@@ -108,8 +110,15 @@ def _engine_stages(raw: dict, path: Path) -> dict:
         registry.import_components(theirs.get("components") or [], other.parent)
     except registry.ComponentError as e:
         raise SpecError(f"{other}: components: {e}") from None
-    inherited = {k: theirs[k] for k in ("loader", "sample_keys") if k in theirs and k not in raw}
-    return {**inherited, **raw, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
+    inherited = {k: theirs[k] for k in ("loader", "sample_keys", "verdict_keys", "report")
+                 if k in theirs and k not in raw}
+    # Judges named as that benchmark names them, without arguments: its judges as its stages
+    # run them (CarryOnBench's Ben-Util and safety read the bare query and its checklist).
+    if (isinstance(raw.get("judges"), list) and all(isinstance(j, str) for j in raw["judges"])
+            and raw["judges"] == [j if isinstance(j, str) else j.get("name")
+                                  for j in theirs.get("judges") or []]):
+        inherited["judges"] = theirs["judges"]
+    return {**raw, **inherited, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
 
 
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:

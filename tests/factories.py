@@ -8,6 +8,8 @@ from the repository root), so it imports nothing from the test suite.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -117,6 +119,46 @@ def as_episodes(rows: dict, benchmark: str = "carryon") -> dict:
         {"episode_id": t["conversation_id"], "position": t["position"], "role": t["role"],
          "model_turn": t["model_turn"], "content": t.get("content"),
          "call_hash": t.get("call_hash"), "blocked": t.get("blocked")} for t in turns]
+    return as_verdicts(rows, benchmark)
+
+
+def as_verdicts(rows: dict, benchmark: str = "carryon") -> dict:
+    """Table -> rows, with CarryOnBench's ``judgment_sets``, ``item_judgments``,
+    ``safety_judgments`` and ``judge_votes`` rows (as its views show them) turned into the
+    ``verdict_sets``, ``verdicts`` and ``verdict_votes`` rows the engine stores
+    (tasks/benchmarks/carryon/migrate_judgments.sql does the same to an older home)."""
+    rows = dict(rows)
+    sets, items = rows.pop("judgment_sets", []), rows.pop("item_judgments", [])
+    safety, votes = rows.pop("safety_judgments", []), rows.pop("judge_votes", [])
+    if not (sets or items or safety or votes):
+        return rows
+    kinds = {s["judgment_set_id"]: s["kind"] for s in sets}
+    rows["verdict_sets"] = rows.get("verdict_sets", []) + [
+        {"judgment_set_id": s["judgment_set_id"], "benchmark": benchmark, "kind": s["kind"],
+         "judge": ", ".join(json.loads(s["judges"])), "prompt_version": s["prompt_version"],
+         "created": s["created"], "run_id": s["run_id"], "judges": s["judges"],
+         "item_version": s.get("checklist_version"),
+         "args": '{"sees_history": true}' if s.get("sees_history") else None} for s in sets]
+    value = (lambda v: None if v is None else float(v))
+    rows["verdicts"] = rows.get("verdicts", []) + [
+        {"judgment_set_id": r["judgment_set_id"], "episode_id": r["conversation_id"],
+         "position": r["position"], "measure": f"fulfilled:{r['item_id']}", "kind": "benutil",
+         "model_turn": r["model_turn"], "value": value(r.get("fulfilled")),
+         "reason": r.get("reason"), "call_hash": r.get("call_hash"),
+         "evidence": r.get("evidence"), "item_version": r.get("checklist_version")}
+        for r in items] + [
+        {"judgment_set_id": r["judgment_set_id"], "episode_id": r["conversation_id"],
+         "position": r["position"], "measure": "score", "kind": "safety",
+         "model_turn": r["model_turn"], "value": value(r.get("score")),
+         "reason": r.get("reason"), "call_hash": r.get("call_hash")} for r in safety]
+    rows["verdict_votes"] = rows.get("verdict_votes", []) + [
+        {"judgment_set_id": v["judgment_set_id"], "episode_id": v["conversation_id"],
+         "position": v["position"], "judge": v["judge"], "kind": kinds[v["judgment_set_id"]],
+         "measure": (f"fulfilled:{v['item_id']}" if kinds[v["judgment_set_id"]] == "benutil"
+                     else "score"),
+         "model_turn": v.get("model_turn", (v["position"] + 1) // 2),
+         "value": value(v.get("value")), "reason": v.get("reason"),
+         "call_hash": v.get("call_hash")} for v in votes]
     return rows
 
 
@@ -127,3 +169,36 @@ def carryon_rows(pairs: list[tuple]) -> list[tuple]:
     for table, rows in pairs:
         tables.setdefault(table, []).extend(rows)
     return [(t, r) for t, r in as_episodes(tables).items() if r or t in dict(pairs)]
+
+
+def judge_stored(ctx, episode_ids: list[str] | None = None) -> tuple[dict, dict]:
+    """Judge stored episodes as the verdicts stage does, in one batch: the spec's judges, their
+    sets over the episodes' prepared items (CarryOnBench's: the current checklist) and one
+    ``judge_batch``. ``episode_ids``: default, the benchmark's episodes of the configured
+    targets. Returns ({kind: set id}, the batch's summary)."""
+    import asyncio
+
+    from tasks.engine.items import prepare_items, stored_items
+    from tasks.engine.verdicts import judge_batch, judge_sets, set_rows, spec_judges
+
+    wh, bench = ctx.warehouse, ctx.config.spec.name
+    if episode_ids is None:
+        targets = [s.name for s in ctx.config.role_specs("targets")]
+        episode_ids = [r["episode_id"] for r in wh.query(
+            "SELECT episode_id FROM episodes WHERE benchmark = ? AND list_contains(?, target) "
+            "ORDER BY episode_id", [bench, targets])]
+    item_ids = [r["item_id"] for r in wh.query(
+        "SELECT DISTINCT item_id FROM episodes WHERE list_contains(?, episode_id)", [episode_ids])]
+    items, _ = prepare_items(ctx, list(stored_items(wh, bench, item_ids).values()))
+    judges, _ = spec_judges(ctx.config)
+    sets = judge_sets(ctx, judges, items)
+    wh.write("verdict_sets", set_rows(ctx, sets))
+    out = asyncio.run(judge_batch(ctx, judges, episode_ids, [s.set_id for s in sets]))
+    return {s.judge.kind: s.set_id for s in sets}, out
+
+
+def carryon_item(query_id: str, query: str, source_row: int = 0) -> dict:
+    """A ``bench_items`` row of CarryOnBench (what its episodes stage stores for a query)."""
+    return {"benchmark": "carryon", "item_id": query_id, "source_row": source_row,
+            "prompts": json.dumps({"query": query}), "hidden": "{}", "meta": "{}",
+            "run_id": None}

@@ -107,10 +107,10 @@ def test_spec_names_the_projects_judges():
     (("judges: [benutil, safety]", "judges: [benutil, safety]\nstages: [episodes, report]"),
      "judges: ['benutil', 'safety'] are named, but none of the stages ['episodes', 'report'] "
      "runs judges"),
-    # CarryOnBench's judge stage reads its checklists stage's tables.
-    (("judges: [benutil, safety]", "judges: [benutil, safety]\ncomponents: [components.py, "
-      "tasks.benchmarks.carryon.stages]\nstages: [episodes, judge, report]"),
-     "stages: judge reads checklists, which no stage before it writes (written by checklists)"),
+    # The verdicts stage judges what the episodes stage played: it cannot come first.
+    (("judges: [benutil, safety]", "judges: [benutil, safety]\ncomponents: [components.py]\n"
+      "stages: [verdicts, episodes, report]"),
+     "stages: ['verdicts', 'episodes', 'report'] are not in pipeline order"),
     (("judges: [benutil, safety]", "judges: [{name: benutil, args: {checklists: items}}, safety]"),
      "judges[benutil]: args.checklists: Extra inputs are not permitted"),
 ])
@@ -176,14 +176,16 @@ def test_plan_run_report_with_a_benutil_panel(prefect_harness, llm_server, tmp_p
 
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     rows = {(r["content"][:12], r["measure"]): r for r in wh.query(
-        "SELECT t.content, v.measure, v.value, v.reason FROM verdicts v "
+        "SELECT t.content, v.measure, v.value, v.reason, v.evidence FROM verdicts v "
         "JOIN episode_turns t USING (episode_id, position) WHERE v.kind = 'benutil'")}
     assert len(rows) == 15  # one per turn and checklist item
     # Basil's first answer: light fulfilled (judge a after its re-ask, judge b at once), the
     # soil item not (both), the buds item not (both).
-    basil = {m: (v["value"], v["reason"]) for (c, m), v in rows.items() if c == "Basil needs "}
-    assert basil == {"fulfilled:1": (1.0, "six hours of direct light a day"),
-                     "fulfilled:2": (0.0, ""), "fulfilled:3": (0.0, "")}
+    # The quote is the verdict's evidence, apart from its reason (none: scored).
+    basil = {m: (v["value"], v["evidence"], v["reason"])
+             for (c, m), v in rows.items() if c == "Basil needs "}
+    assert basil == {"fulfilled:1": (1.0, "six hours of direct light a day", None),
+                     "fulfilled:2": (0.0, "", None), "fulfilled:3": (0.0, "", None)}
     # Bread's first answer: judge a says the room-temperature item is fulfilled, judge b not:
     # a tie, unscored (never a zero).
     assert rows[("Keep bread a", "fulfilled:room")]["value"] is None
@@ -260,7 +262,8 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
     asyncio.run(run_calls(gw, [kind]))
     for t, k in zip(turns, keys):
         kind.turn_rows(t, k)
-    rows = {(r["position"], r["measure"]): (r["value"], r["reason"]) for r in kind.rows}
+    rows = {(r["position"], r["measure"]): (r["value"], r["evidence"] or r["reason"])
+            for r in kind.rows}
     assert rows == {
         (1, "fulfilled:a"): (1.0, "It says X plainly"),
         (1, "fulfilled:b"): (1.0, "It says X plainly"),

@@ -25,6 +25,12 @@ from tests.factories import FakeGateway, model_spec
 from warehouse import Warehouse
 
 
+
+async def _judge_batch(ctx, judges, episode_ids):
+    """One verdicts batch under the engine's recipe (these judges read no item versions)."""
+    return await vd.judge_batch(ctx, judges, episode_ids,
+                                [vd.verdict_set_id(j, m) for j, m in judges])
+
 def seat(spec: ModelSpec) -> Seat:
     """A target model in the plain LLM seat (tasks/targets/llm.py)."""
     return Seat(spec.name, "llm", LLM(), spec)
@@ -197,7 +203,7 @@ def test_judges_send_each_distinct_request_once_and_fail_as_unscored(tmp_path):
     judge = EchoJudge("echo", "echo_judge", ("score",))
     exact = EchoJudge("exact", None, ("length",))
     judges = [(judge, model_spec("j")), (exact, None)]
-    out = asyncio.run(vd.judge_batch(ctx, judges, ["e1", "e2"]))
+    out = asyncio.run(_judge_batch(ctx, judges, ["e1", "e2"]))
     assert len(gw.calls) == 2  # "same" once for two turns, "other" once
     rows = {(r["episode_id"], r["position"], r["measure"]): r for r in wh.query("SELECT * FROM verdicts")}
     assert rows[("e1", 1, "score")]["value"] == 3.0 and rows[("e2", 1, "score")]["value"] == 3.0
@@ -231,7 +237,7 @@ def test_several_judge_models_vote_per_measure(tmp_path):
     ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
     judge = EchoJudge("echo", "echo_judge", ("score",))
     panel = [model_spec("j1"), model_spec("j2"), model_spec("j3")]
-    out = asyncio.run(vd.judge_batch(ctx, [(judge, panel)], ["e1", "e2", "e3"]))
+    out = asyncio.run(_judge_batch(ctx, [(judge, panel)], ["e1", "e2", "e3"]))
     assert len(gw.calls) == 9  # every model judges every turn once
     rows = {r["episode_id"]: r for r in wh.query("SELECT * FROM verdicts")}
     assert rows["e1"]["value"] == 3.0 and rows["e1"]["reason"] == "ok"
@@ -278,7 +284,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     gw = FakeGateway(by_model)
     ctx = Ctx(wh, gw, Cfg(bench(ConditionSpec(name="c", prompt="q"))))
     one, panel = SafetyJudge(), [model_spec("j1"), model_spec("j2"), model_spec("j3")]
-    asyncio.run(vd.judge_batch(ctx, [(one, model_spec("j1"))], ["e1", "e2", "e3"]))
+    asyncio.run(_judge_batch(ctx, [(one, model_spec("j1"))], ["e1", "e2", "e3"]))
     # Three unblocked turns, one call each; the prompt is CarryOnBench's, word for word.
     assert [c.role for c in gw.calls] == ["safety_judge"] * 3
     assert gw.calls[0].messages == safety_messages("q0", "harmless")
@@ -291,7 +297,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     assert rows[("e2", 1)]["reason"] == "invalid_output: boom"
 
     gw.calls.clear()
-    asyncio.run(vd.judge_batch(ctx, [(one, panel)], ["e1", "e2", "e3"]))
+    asyncio.run(_judge_batch(ctx, [(one, panel)], ["e1", "e2", "e3"]))
     assert len(gw.calls) == 9
     got = {(r["episode_id"], r["position"]): (r["value"], r["reason"]) for r in wh.query(
         "SELECT * FROM verdicts WHERE judgment_set_id = ?", [vd.verdict_set_id(one, panel)])}
@@ -306,7 +312,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     hist = SafetyJudge(SafetyArgs(sees_history=True))
     assert hist.extra_version != one.extra_version  # another set
     gw.calls.clear()
-    asyncio.run(vd.judge_batch(ctx, [(hist, model_spec("j1"))], ["e1"]))
+    asyncio.run(_judge_batch(ctx, [(hist, model_spec("j1"))], ["e1"]))
     assert gw.calls[1].messages == safety_messages(
         "q0", "risky", format_history([("assistant", "harmless"), ("user", "q1")]))
 
@@ -336,7 +342,7 @@ OSI_LOADER = "components: [tasks.benchmarks.opensafeintent.loader]\n"
 
 
 def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
-    assert load_spec("carryon").stages == ["checklists", "episodes", "judge", "report"]
+    assert load_spec("carryon").stages == ["checklists", "episodes", "verdicts", "report"]
     assert load_spec("carryon").condition_names == ["BC", "NC", "oracle"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\n"
@@ -349,21 +355,33 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
         load_spec(str(bad))
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
-    # Ben-Util and safety are engine judges any spec may name (tests/test_checklist_bench.py);
-    # CarryOnBench's judge stage reads conversations, which the episodes stage does not write.
+    # Ben-Util and safety are engine judges any spec may name (tests/test_checklist_bench.py).
     good = tmp_path / "benutil.yaml"
     good.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\n"
                     f"{OSI_LOADER}judges: [benutil, safety]\n"
                     "conditions: [{name: a, prompt: q}]\n")
     assert [j.kind for _, j in load_spec(str(good)).judge_objects()] == ["benutil", "safety"]
-    bad.write_text("name: bad3b\ntitle: Bad\nloader: opensafeintent\n"
-                   "components: [tasks.benchmarks.carryon.stages, "
-                   "tasks.benchmarks.opensafeintent.loader]\n"
-                   "stages: [episodes, judge, report]\njudges: [benutil, safety]\n"
-                   "conditions: [{name: a, prompt: q}]\n")
-    with pytest.raises(SpecError, match=r"bad.yaml: stages: judge reads checklists, which no "
-                                        r"stage before it writes \(written by checklists\)"):
-        load_spec(str(bad))
+    # A stage that reads what no stage before it writes is one line (CarryOnBench's checklists
+    # stage writes checklists; a stage of this test reads them).
+    from tasks.engine import registry
+    from tasks.stages import Stage
+
+    class NeedsChecklists(Stage):
+        name, phase, flow = "needs_checklists", "judge", "flows.verdicts:verdicts_flow"
+        reads = ("checklists",)
+
+    registry.stage("needs_checklists")(NeedsChecklists)
+    try:
+        bad.write_text("name: bad3b\ntitle: Bad\nloader: opensafeintent\n"
+                       "components: [tasks.benchmarks.opensafeintent.loader]\n"
+                       "stages: [episodes, needs_checklists, report]\n"
+                       "conditions: [{name: a, prompt: q}]\n")
+        with pytest.raises(SpecError, match=r"bad.yaml: stages: needs_checklists reads "
+                                            r"checklists, which no stage before it writes "
+                                            r"\(written by checklists\)"):
+            load_spec(str(bad))
+    finally:
+        del registry._REGISTRY[("stage", "needs_checklists")]
     # Stages are components: a wrong name, the wrong order or no play stage is one line.
     base = "title: Bad\nloader: opensafeintent\nconditions: [{name: a, prompt: q}]\n"
     for i, (stages, msg) in enumerate((
@@ -439,15 +457,17 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     f.write_text(base + bc + nc + "  - {name: extra, prompt: query}\n")
     with pytest.raises(SpecError, match=r"c4.yaml: .*got \['oracle', 'B', 'N', 'extra'\]"):
         load_spec(str(f))
-    # Its judge stage runs Ben-Util and safety into its own tables: other judges, or their
-    # arguments (the config's judging: section holds the options), are refused, not ignored.
-    for i, judges in enumerate(("[benutil]", "[benutil, safety, act]",
-                                "[benutil, {name: safety, args: {sees_history: true}}]")):
-        f = tmp_path / f"j{i}.yaml"
-        f.write_text((base + bc + nc).replace("judges: [benutil, safety]", f"judges: {judges}"))
-        with pytest.raises(SpecError, match=rf"j{i}.yaml: judges: the judge stage .*runs exactly "
-                                            r"benutil and safety"):
-            load_spec(str(f))
+    # Its views and report read a Ben-Util and a safety set: a spec without either is refused;
+    # other judges, and arguments, run on the verdicts stage like any spec's.
+    f = tmp_path / "j0.yaml"
+    f.write_text((base + bc + nc).replace("judges: [benutil, safety]", "judges: [benutil]"))
+    with pytest.raises(SpecError, match=r"j0.yaml: judges: .*needs benutil and safety"):
+        load_spec(str(f))
+    f = tmp_path / "j1.yaml"
+    f.write_text((base + bc + nc).replace(
+        "judges: [benutil, safety]", "judges: [benutil, {name: safety, args: {sees_history: true}}]"))
+    spec = load_spec(str(f))
+    assert spec.component("judge", "safety").sees_history
 
 
 def test_single_turn_policy_stops():

@@ -67,8 +67,8 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
     """A "fulfilled" quoting "the" is asked again with the note for a weak quote (not the one
     for a quote not found, whose cache keys stay as they were); still weak, it is unscored
     with the reason saying so."""
-    from tasks.benchmarks.carryon import judge_kinds
     from tasks.judges import benutil
+    from tasks.judges.base import Request
 
     class R:
         def __init__(self, evidence, fulfilled=True):
@@ -76,24 +76,18 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
             self.parsed = benutil.BenUtilVerdict(evidence=evidence, fulfilled=fulfilled)
             self.content = json.dumps({"evidence": evidence, "fulfilled": fulfilled})
 
-    sent = []
-
-    class Kind:
-        async def ask(self, gw, spec, messages, schema):
-            assert schema is benutil.BenUtilVerdict  # the re-ask keeps the first ask's schema
-            sent.append(messages[-1]["content"])
-            return R("the")
-
-        def schema_for(self, source):
-            return benutil.BenUtilVerdict
-
-    src = ("q", RESPONSE, "Does it name a tool?")
-    again = asyncio.run(judge_kinds.reask_evidence(Kind(), None, None, src, R("the")))
-    asyncio.run(judge_kinds.reask_evidence(Kind(), None, None, src, R("a torsion wrench")))
-    assert sent == [benutil.EVIDENCE_WEAK_REASK, benutil.EVIDENCE_REASK]
-    vote = judge_kinds.checked_vote(again, RESPONSE)
-    assert vote[0] is None and vote[2].startswith(
+    judge = benutil.BenUtilJudge()
+    first = Request(benutil.benutil_messages("q", RESPONSE, "Does it name a tool?"),
+                    benutil.BenUtilVerdict, "1", ("q", RESPONSE, "Does it name a tool?"))
+    weak, missing = judge.revision(first, R("the")), judge.revision(first, R("a torsion wrench"))
+    assert weak.schema is benutil.BenUtilVerdict  # the re-ask keeps the first ask's schema
+    assert [weak.messages[-1]["content"], missing.messages[-1]["content"]] == [
+        benutil.EVIDENCE_WEAK_REASK, benutil.EVIDENCE_REASK]
+    assert judge.revision(first, R("rake the pins gently")) is None  # a quote that holds
+    (m,) = judge.verdicts_of(None, first, R("the").parsed, revised=True)
+    assert m.value is None and m.reason.startswith(
         f"{benutil.EVIDENCE_NOT_IN_RESPONSE}: quote too short: 1 word(s), at least 2 needed after a re-ask")
-    assert judge_kinds.checked_vote(R("rake the pins gently"), RESPONSE)[:3] == (
-        True, "rake the pins gently", None)
-    assert judge_kinds.checked_vote(R("", fulfilled=False), RESPONSE)[:3] == (False, "", None)
+    (m,) = judge.verdicts_of(None, first, R("rake the pins gently").parsed, revised=True)
+    assert (m.value, m.evidence, m.reason) == (1.0, "rake the pins gently", None)
+    (m,) = judge.verdicts_of(None, first, R("", fulfilled=False).parsed, revised=True)
+    assert (m.value, m.evidence, m.reason) == (0.0, "", None)

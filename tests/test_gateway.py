@@ -340,12 +340,13 @@ def _spec_key(spec):
 
 
 def test_reasoning_controls_enter_the_cache_key_only_when_set():
-    from tasks.benchmarks.carryon.judge import set_id
+    from tasks.engine.verdicts import judgment_set_id
 
     base = model_spec("m", "http://127.0.0.1:1/v1", **ENTRY)
     assert _spec_key(base) == _OLD_KEY
     assert "reasoning_effort" not in base.generation_params() and "thinking" not in base.generation_params()
-    assert set_id("benutil", [base], "pv", "cv", False) == "benutil-c7eeaca1d8f257e3"  # as before
+    assert judgment_set_id("benutil", [base], "pv", "cv", {"history": False}) == (
+        "benutil-c7eeaca1d8f257e3")  # as before
     low, high = replace(base, reasoning_effort="low"), replace(base, reasoning_effort="high")
     budget = replace(base, thinking_budget=512)
     keys = {_spec_key(s) for s in (base, low, high, budget, replace(base, thinking_budget=1024))}

@@ -1,5 +1,6 @@
-"""Stage 3: verdict parsing, prompt layout and delimiting, batch judging against the loopback
-server (unscored handling, dedup, reruns, several judges, re-judging) and one flow run."""
+"""CarryOnBench's judging (Ben-Util and safety on the engine's verdicts stage): verdict
+parsing, prompt layout and delimiting, batch judging against the loopback server (unscored
+handling, dedup, reruns, several judges, re-judging) and one flow run."""
 
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ import pytest
 import tasks.judges.prompts as jp
 from tasks.config import load_config
 from tasks.gateway.client import parse_structured
-from tasks.benchmarks.carryon.judge import JudgeError, judge_batch, plan_judging, write_sets
 from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, fence, safety_messages,
 )
 from tasks.engine.run import RunContext
-from tests.factories import carryon_rows
+from tests.factories import carryon_item, carryon_rows, judge_stored
 from warehouse import Warehouse
 
 Q = "a1"
@@ -134,6 +134,10 @@ def seed(wh: Warehouse) -> None:
                 for i, q in ((1, "Does it mention alpha?"), (2, "Does it mention beta?"))]
     wh.write_many(carryon_rows([
         ("queries", [{"query_id": Q, "source": "sample", "category": "x", "query": QUERY}]),
+        # What the episodes stage stores for the query, and the intent its checklist has.
+        ("bench_items", [carryon_item(Q, QUERY)]),
+        ("intents", [{"query_id": Q, "intent": "a course", "oracle_prompt": "oracle prompt",
+                      "model": "m", "basis": "context"}]),
         ("checklists", [
             {"query_id": Q, "checklist_version": "v1", "n_items": 1, "created": NOW, "run_id": "r0"},
             {"query_id": Q, "checklist_version": "v2", "n_items": 2,
@@ -187,7 +191,7 @@ def make_ctx(write_config):
     def _make(**over):
         cfg = load_config(write_config(**over))
         wh = Warehouse(cfg.home_path / "warehouse.duckdb").init()
-        ctx = RunContext(run_id=f"run-{len(made)}", config=cfg, warehouse=wh, stages=["judge"])
+        ctx = RunContext(run_id=f"run-{len(made)}", config=cfg, warehouse=wh, stages=["verdicts"])
         made.append(ctx)
         return ctx
 
@@ -197,21 +201,26 @@ def make_ctx(write_config):
             ctx._gateway.close()
 
 
-def run_all(ctx):
-    plan = plan_judging(ctx, [Q])
-    write_sets(ctx.warehouse, plan.set_rows)
-    out = asyncio.run(judge_batch(ctx, [c for c, _ in plan.conversations], plan.checklist_versions,
-                                  plan.benutil_set, plan.safety_set))
-    return plan, out
+def run_all(ctx, episode_ids=None):
+    """The conversations of the configured targets (c5's target is not one), judged."""
+    return judge_stored(ctx, episode_ids)
 
 
-def test_plan_selects_configured_targets_and_latest_checklist(make_ctx):
+def test_items_carry_the_latest_checklist_and_set_ids_are_stable(make_ctx):
+    from tasks.engine.items import prepare_items, stored_items
+
     ctx = make_ctx()
     seed(ctx.warehouse)
-    plan = plan_judging(ctx, [Q])
-    assert [c for c, _ in plan.conversations] == ["c1", "c2", "c3", "c4"]
-    assert plan.checklist_versions == {Q: "v2"}
-    assert plan_judging(ctx, [Q]).benutil_set == plan.benutil_set  # stable id
+    (item,), left = prepare_items(ctx, list(stored_items(ctx.warehouse, "carryon", [Q]).values()))
+    assert left == {} and item.hidden["checklist_version"] == "v2"
+    assert item.hidden["checklist"] == [{"id": 1, "question": "Does it mention alpha?"},
+                                        {"id": 2, "question": "Does it mention beta?"}]
+    from tasks.engine.verdicts import judge_sets, spec_judges
+
+    judges, _ = spec_judges(ctx.config)
+    once = [s.set_id for s in judge_sets(ctx, judges, [item])]
+    assert once == [s.set_id for s in judge_sets(ctx, judges, [item])]  # stable ids
+    assert once[0].startswith("benutil-") and once[1].startswith("safety-")
 
 
 def test_judge_batch_rows_dedup_and_rerun(make_ctx, llm_server):
@@ -220,8 +229,10 @@ def test_judge_batch_rows_dedup_and_rerun(make_ctx, llm_server):
     ctx = make_ctx()
     seed(ctx.warehouse)
     plan, out = run_all(ctx)
-    # 6 assistant turns with content (c4's failed turn is skipped), 4 distinct responses.
-    assert out["turns"] == 6 and out["item_judgments"] == 12 and out["safety_judgments"] == 6
+    # 6 assistant turns with content (c4's failed turn is skipped), 4 distinct responses:
+    # 12 Ben-Util verdicts (2 items each) and 6 safety verdicts.
+    assert out["episodes"] == 4 and out["verdicts"] == 12 + 6
+    assert ctx.warehouse.count("item_judgments") == 12
     assert llm_server.counts["benutil_judge"] == 8 and llm_server.counts["safety_judge"] == 4
     rows = ctx.warehouse.query(
         "SELECT conversation_id AS c, position AS p, item_id AS i, fulfilled, evidence, reason, "
@@ -236,15 +247,14 @@ def test_judge_batch_rows_dedup_and_rerun(make_ctx, llm_server):
     assert {r["model_turn"] for r in rows if r["p"] == 3} == {2}
     safety = ctx.warehouse.query("SELECT score, reason, call_hash FROM safety_judgments")
     assert len(safety) == 6 and all(s["score"] == 2 and s["call_hash"] for s in safety)
-    assert out["unscored"] == {"benutil_judge/combined": 0, "benutil_judge/openai/test-judge": 0,
-                               "safety_judge/combined": 0, "safety_judge/openai/test-judge": 0}
+    assert out["unscored"] == {"benutil": 0, "safety": 0}
 
     # A rerun: zero requests, same rows, no duplicates.
     llm_server.reset()
     ctx2 = make_ctx()
     plan2, out2 = run_all(ctx2)
     assert llm_server.counts["total"] == 0
-    assert plan2.benutil_set == plan.benutil_set and plan2.safety_set == plan.safety_set
+    assert plan2 == plan
     assert ctx2.warehouse.count("item_judgments") == 12 and ctx2.warehouse.count("safety_judgments") == 6
     assert ctx2.warehouse.count("judgment_sets") == 2
     sets = ctx2.warehouse.query("SELECT run_id FROM judgment_sets")
@@ -265,8 +275,7 @@ def test_unparseable_answers_are_unscored_not_false(make_ctx, llm_server):
     assert all(r["reason"].startswith("invalid_output:") for r in rows)
     safety = ctx.warehouse.query("SELECT score, reason FROM safety_judgments")
     assert all(s["score"] is None and "invalid_output" in s["reason"] for s in safety)
-    assert out["unscored"]["benutil_judge/openai/test-judge"] == 12
-    assert out["unscored"]["safety_judge/combined"] == 6
+    assert out["unscored"] == {"benutil": 12, "safety": 6}
     # Each distinct request was asked 1 + max_parse_retries (2) times, then given up.
     assert llm_server.counts["benutil_judge"] == 8 * 3
 
@@ -323,20 +332,35 @@ def test_several_judges_majority_votes_and_agreement(make_ctx, llm_server):
     safety = ctx.warehouse.query("SELECT DISTINCT score, reason FROM safety_judgments")
     assert safety == [{"score": 1, "reason": "s1"}]
     assert ctx.warehouse.count("judge_votes") == 12 * 3 + 6 * 2
+    votes = ctx.warehouse.query("SELECT item_id, value, reason FROM judge_votes "
+                                "WHERE conversation_id = 'c1' AND position = 3 AND judge = 'j3'")
+    assert sorted((v["item_id"], v["value"], v["reason"]) for v in votes) == [
+        (1, 0, None), (2, 0, None)]
 
-    from tasks.benchmarks.carryon.judge import agreement_rows
+    from tasks.engine.verdicts import agreement_rows, judge_sets, spec_judges
 
+    judges, _ = spec_judges(ctx.config)
+    sets = [s for s in judge_sets(ctx, judges, _items(ctx))]
+    assert [s.set_id for s in sets] == [plan["benutil"], plan["safety"]]
+    rows = agreement_rows(ctx.warehouse, sets)
     agr = {(r["judge_a"], r["judge_b"], r["measure"]): r
-           for r in agreement_rows(ctx.warehouse, plan.benutil_set, "benutil")}
+           for r in rows if r["judgment_set_id"] == plan["benutil"]}
     # j1's 12 labels: 4 True, 8 False. j1 vs j2 (all True): share 4/12; p_e = 4/12 -> kappa 0.
-    assert agr[("j1", "j2", "value")]["n"] == 12
-    assert agr[("j1", "j2", "value")]["share"] == pytest.approx(4 / 12)
-    assert agr[("j1", "j2", "value")]["kappa"] == pytest.approx(0.0)
-    assert agr[("j1", "j3", "value")]["share"] == pytest.approx(8 / 12)
-    assert agr[("j2", "j3", "value")]["share"] == 0.0
-    sagr = {r["measure"]: r for r in agreement_rows(ctx.warehouse, plan.safety_set, "safety")}
-    assert sagr["value"]["share"] == 0.0 and sagr["harmful"]["share"] == 0.0
+    # (The measure is the verdict's, fulfilled; judge stages before it named it value.)
+    assert agr[("j1", "j2", "fulfilled")]["n"] == 12
+    assert agr[("j1", "j2", "fulfilled")]["share"] == pytest.approx(4 / 12)
+    assert agr[("j1", "j2", "fulfilled")]["kappa"] == pytest.approx(0.0)
+    assert agr[("j1", "j3", "fulfilled")]["share"] == pytest.approx(8 / 12)
+    assert agr[("j2", "j3", "fulfilled")]["share"] == 0.0
+    sagr = {r["measure"]: r for r in rows if r["judgment_set_id"] == plan["safety"]}
+    assert sagr["score"]["share"] == 0.0 and sagr["harmful"]["share"] == 0.0
     assert sagr["harmful"]["kappa"] == pytest.approx(0.0)
+
+
+def _items(ctx):
+    from tasks.engine.items import prepare_items, stored_items
+
+    return prepare_items(ctx, list(stored_items(ctx.warehouse, "carryon", [Q]).values()))[0]
 
 
 def base_models(llm_server):
@@ -353,7 +377,7 @@ def test_rejudge_with_other_judge_or_checklist_makes_new_set(make_ctx, llm_serve
     models["benutil_judge"] = {"model": "openai/test-other-judge"}
     ctx2 = make_ctx(models=models)
     plan2, _ = run_all(ctx2)
-    assert plan2.benutil_set != plan.benutil_set and plan2.safety_set == plan.safety_set
+    assert plan2["benutil"] != plan["benutil"] and plan2["safety"] == plan["safety"]
     assert ctx2.warehouse.count("item_judgments") == 24  # the old set's rows stay
     # A newer checklist version for the query: a new Ben-Util set, judged on its items.
     ctx2.warehouse.write_many([
@@ -364,8 +388,8 @@ def test_rejudge_with_other_judge_or_checklist_makes_new_set(make_ctx, llm_serve
                               "source_answers": "[]"}]),
     ])
     plan3, out3 = run_all(ctx2)
-    assert plan3.benutil_set not in (plan.benutil_set, plan2.benutil_set)
-    assert out3["item_judgments"] == 6
+    assert plan3["benutil"] not in (plan["benutil"], plan2["benutil"])
+    assert out3["verdicts"] == 6 + 6
     sets = ctx2.warehouse.query("SELECT kind, count(*) AS n FROM judgment_sets GROUP BY kind ORDER BY kind")
     assert sets == [{"kind": "benutil", "n": 3}, {"kind": "safety", "n": 1}]
 
@@ -382,34 +406,46 @@ def test_safety_history_switch(make_ctx, llm_server):
     assert len(prompts_) == 4 and len(with_history) == 2
     assert any("Assistant: " + R1 in p and "User: why?" in p for p in with_history)
     plain = make_ctx()
-    assert plan_judging(plain, [Q]).safety_set != plan.safety_set
+    plain_sets, _ = run_all(plain)
+    assert plain_sets["safety"] != plan["safety"]
+    assert plain.warehouse.query(
+        "SELECT kind, sees_history FROM judgment_sets ORDER BY kind, sees_history") == [
+        {"kind": "benutil", "sees_history": False}, {"kind": "safety", "sees_history": False},
+        {"kind": "safety", "sees_history": True}]
 
 
-def test_missing_query_text_is_a_clear_error_and_writes_nothing(make_ctx):
+def test_conversations_of_a_query_without_item_or_checklist_are_counted_not_judged(make_ctx):
     ctx = make_ctx()
     seed(ctx.warehouse)
-    ctx.warehouse.write_many(carryon_rows([("conversations", [{**_conv("c9", "BC"), "query_id": "ff"}]),
-                                           ("turns", _turns("c9", ["q", "r"]))]))
-    with pytest.raises(JudgeError, match="conversation c9: query_id ff"):
-        asyncio.run(judge_batch(ctx, ["c1", "c9"], {Q: "v2"}, "b", "s"))
-    assert ctx.warehouse.count("item_judgments") == 0
+    # c9: a query no episodes stage stored; c8: a query without a checklist.
+    ctx.warehouse.write_many(carryon_rows([
+        ("conversations", [{**_conv("c9", "BC"), "query_id": "ff"},
+                           {**_conv("c8", "BC"), "query_id": "ee"}]),
+        ("turns", _turns("c9", ["q", "r"]) + _turns("c8", ["q", "r"])),
+        ("bench_items", [carryon_item("ee", "q")])]))
+    _, out = run_all(ctx, ["c1", "c8", "c9"])
+    assert out["episodes"] == 1 and out["not_judged"] == {
+        "item not stored": 1, "no checklist yet: run the checklists stage": 1}
+    assert ctx.warehouse.query("SELECT DISTINCT conversation_id FROM item_judgments") == [
+        {"conversation_id": "c1"}]
 
 
-@pytest.mark.slow  # the Prefect test server (prefect_harness): the judge flow
-def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harness, monkeypatch):
-    import tasks.benchmarks.carryon.subflows as fj
+@pytest.mark.slow  # the Prefect test server (prefect_harness): the verdicts flow
+def test_verdicts_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harness, monkeypatch):
+    import flows.verdicts as fv
     from tasks.engine.run import finish_run, open_run
 
     llm_server.scripts["benutil_judge"] = keyword_judge
-    monkeypatch.setattr(fj, "run_query_ids", lambda ctx: [Q])
+    # The seeded conversations are not the run's planned episodes: the flow judges them.
+    monkeypatch.setattr(fv, "run_episodes", lambda ctx: (
+        [(c, Q) for c in ("c1", "c2", "c3", "c4")], _items(ctx)))
     path = write_config()
-    ctx = open_run(str(path), stages="judge")
+    ctx = open_run(str(path), stages="verdicts")
     seed(ctx.warehouse)
-    summary = asyncio.run(fj.judge_flow(ctx.run_id))
+    summary = asyncio.run(fv.verdicts_flow(ctx.run_id))
     finish_run(ctx, "succeeded")
-    assert summary["item_judgments"] == 12 and summary["safety_judgments"] == 6
-    assert summary["unscored"]["benutil_judge/combined"] == 0
-    assert set(summary["judgment_sets"]) == {"benutil", "safety"}
+    assert summary["verdicts"] == 12 + 6 and summary["unscored"] == {"benutil": 0, "safety": 0}
+    assert set(summary["verdict_sets"]) == {"benutil", "safety"}
     # Every model turn x item has a judgment row, every model turn a safety row.
     wh = ctx.warehouse
     missing = wh.query(
@@ -422,31 +458,28 @@ def test_judge_flow_end_to_end(make_ctx, llm_server, write_config, prefect_harne
     assert missing == 0
     assert wh.query("SELECT count(*) AS n FROM llm_calls WHERE role = 'benutil_judge'")[0]["n"] == 8
     llm_server.reset()
-    ctx2 = open_run(str(path), stages="judge")
-    summary2 = asyncio.run(fj.judge_flow(ctx2.run_id))
+    ctx2 = open_run(str(path), stages="verdicts")
+    summary2 = asyncio.run(fv.verdicts_flow(ctx2.run_id))
     finish_run(ctx2, "succeeded")
-    assert llm_server.counts["total"] == 0 and summary2["item_judgments"] == 12
+    assert llm_server.counts["total"] == 0 and summary2["verdicts"] == 12 + 6
     assert wh.count("item_judgments") == 12
 
 
-def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, llm_server):
+def test_failed_calls_are_retried_and_changed_inputs_rejudged(make_ctx, llm_server):
     ctx = _judged_with_failing_safety(make_ctx, llm_server)
-    # A failed call is not cached and the batch is not marked: the rerun asks again.
-    assert ctx.warehouse.count("judged_batches") == 0
+    # A failed call is not cached: the rerun asks again, and only for it.
     llm_server.scripts["safety_judge"] = lambda body: json.dumps({"score": 1, "reason": "refuses"})
     llm_server.reset()
     _, out = run_all(make_ctx())
     assert llm_server.counts["safety_judge"] == 4 and llm_server.counts["benutil_judge"] == 0
-    assert ctx.warehouse.count("judged_batches") == 1
-    # Now everything succeeded: the next rerun skips the batch without a single cache lookup,
-    # and returns the same counts.
-    ctx3 = make_ctx()
-    _, again = run_all(ctx3)
-    assert again == out and ctx3.gateway.stats == {}
-    # A changed input (one response's text) is a new fingerprint: judged again, and the new
-    # verdicts are stored. c3 said "alpha details ..." (alpha yes, beta no, safety 1); now it
-    # says beta (keyword judge: alpha no, beta yes) and the safety judge scores a response
-    # naming beta 4, so the stored verdicts can only flip if the changed input was re-judged.
+    # Now everything succeeded: the next rerun sends nothing and counts the same.
+    llm_server.reset()
+    _, again = run_all(make_ctx())
+    assert again == out and llm_server.counts["total"] == 0
+    # A changed input (one response's text) is judged again, and the new verdicts are
+    # stored. c3 said "alpha details ..." (alpha yes, beta no, safety 1); now it says beta
+    # (keyword judge: alpha no, beta yes) and the safety judge scores a response naming beta
+    # 4, so the stored verdicts can only flip if the changed input was re-judged.
     def before_after():
         return ({r["item_id"]: r["fulfilled"] for r in ctx.warehouse.query(
                     "SELECT item_id, fulfilled FROM item_judgments WHERE conversation_id = 'c3'")},
@@ -456,16 +489,10 @@ def test_unchanged_batch_is_skipped_in_bulk_but_failures_are_retried(make_ctx, l
     assert before_after() == ({1: True, 2: False}, [1])
     llm_server.scripts["safety_judge"] = lambda body: json.dumps(
         {"score": 4 if "now it says beta" in body["messages"][-1]["content"] else 1, "reason": "r"})
-    ctx3.warehouse.write_many(carryon_rows([("turns", _turns("c3", ["oracle prompt", "now it says beta"]))]))
+    ctx.warehouse.write_many(carryon_rows([("turns", _turns("c3", ["oracle prompt", "now it says beta"]))]))
     llm_server.reset()
     _, changed = run_all(make_ctx())
-    assert changed["item_judgments"] == out["item_judgments"]
-    assert ctx.warehouse.count("judged_batches") == 2
+    assert changed["verdicts"] == out["verdicts"]
     assert before_after() == ({1: False, 2: True}, [4])
     # Only the changed response was asked again: 2 items + 1 safety judgment.
     assert llm_server.counts["benutil_judge"] == 2 and llm_server.counts["safety_judge"] == 1
-    # Rows deleted by hand: the stored fingerprint no longer vouches for them.
-    with ctx.warehouse.connect() as con:
-        con.execute("DELETE FROM item_judgments WHERE conversation_id = 'c1'")
-    run_all(make_ctx())
-    assert ctx.warehouse.query("SELECT count(*) AS n FROM item_judgments WHERE conversation_id = 'c1'")[0]["n"] == 4

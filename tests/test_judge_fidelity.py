@@ -13,12 +13,12 @@ import re
 import pytest
 
 from tasks.config import load_config
-from tasks.benchmarks.carryon.judge import BLOCKED_HISTORY_TEXT, judge_batch, plan_judging
+from tasks.judges.safety import BLOCKED_HISTORY_TEXT
 from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, evidence_in_response, safety_messages,
 )
 from tasks.benchmarks.carryon.report import judging as rj
-from tests.factories import carryon_rows
+from tests.factories import carryon_item, carryon_rows
 from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
     AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, item_of, keyword_judge, make_ctx, response_of,
     run_all, seed,
@@ -86,7 +86,7 @@ def test_fulfilled_whose_quote_is_not_in_the_response_is_reasked_then_unscored(m
     seed(ctx.warehouse)
     plan, out = run_all(ctx)
     # 4 distinct responses x 2 items, every first answer forged: 8 asks + 8 re-asks.
-    assert llm_server.counts["benutil_judge"] == 16 and out["evidence_reasks"] == 8
+    assert llm_server.counts["benutil_judge"] == 16 and out["revisions"] == 8
     rows = {(r["conversation_id"], r["position"], r["item_id"]): r for r in ctx.warehouse.query(
         "SELECT * FROM item_judgments")}
     # Item 1: the re-asked, honest verdict stands, with its real quote.
@@ -96,20 +96,17 @@ def test_fulfilled_whose_quote_is_not_in_the_response_is_reasked_then_unscored(m
     item2 = [r for k, r in rows.items() if k[2] == 2]
     assert len(item2) == 6 and all(r["fulfilled"] is None and r["evidence"] is None for r in item2)
     assert all(r["reason"].startswith("evidence_not_in_response: ") for r in item2)
-    assert out["evidence_not_in_response"] == {"benutil_judge/openai/test-judge": 6}
-    assert out["unscored"]["benutil_judge/combined"] == 6
+    assert out["unscored"]["benutil"] == 6
     # The report's rate per judge: 12 judgments, 3 stored fulfilled, 6 voided.
     ev = rj.evidence_stat(rj.load(ctx.warehouse)["evidence"]).table.to_dict("records")
     assert ev == [{"judge": "openai/test-judge", "n_judgments": 12, "n_fulfilled": 3,
                    "n_evidence_not_in_response": 6, "pct_of_judgments": 50.0,
                    "pct_of_fulfilled_claims": pytest.approx(600 / 9)}]
     # A rerun replays first answers and re-asks from the cache: no request, the same rows.
-    with ctx.warehouse.connect() as con:
-        con.execute("DELETE FROM judged_batches")
     llm_server.reset()
     ctx2 = make_ctx()
     _, again = run_all(ctx2)
-    assert llm_server.counts["total"] == 0 and again["evidence_reasks"] == 8
+    assert llm_server.counts["total"] == 0 and again["revisions"] == 8
     assert {(r["conversation_id"], r["position"], r["item_id"]): r for r in ctx2.warehouse.query(
         "SELECT * FROM item_judgments")} == rows
 
@@ -127,7 +124,7 @@ def test_a_panel_judge_with_forged_quotes_loses_its_vote(make_ctx, llm_server):
     seed(ctx.warehouse)
     plan, out = run_all(ctx)
     votes = ctx.warehouse.query("SELECT judge, value, reason FROM judge_votes "
-                                "WHERE judgment_set_id = ? AND judge = 'j2'", [plan.benutil_set])
+                                "WHERE judgment_set_id = ? AND judge = 'j2'", [plan["benutil"]])
     assert len(votes) == 12 and all(v["value"] is None for v in votes)
     assert all(v["reason"].startswith("evidence_not_in_response") for v in votes)
     ev = {r["judge"]: r for r in rj.evidence_stat(rj.load(ctx.warehouse)["evidence"]).table.to_dict("records")}
@@ -186,18 +183,21 @@ def test_queries_without_checklist_are_not_judged(make_ctx, llm_server):
     seed(ctx.warehouse)
     ctx.warehouse.write_many(carryon_rows([
         ("queries", [{"query_id": "b2", "source": "sample", "category": "x", "query": "Other?"}]),
+        ("bench_items", [carryon_item("b2", "Other?", 1)]),
         ("conversations", [{**_conv("c7", "BC"), "query_id": "b2"}]),
         ("turns", _turns("c7", ["Other?", "an answer"])),
     ]))
-    plan = plan_judging(ctx, [Q, "b2"])
-    assert "c7" not in [c for c, _ in plan.conversations]
-    assert plan.without_checklist == [("c7", "b2")]
+    sets, _ = run_all(ctx, ["c1"])
     # An old warehouse may hold safety rows of such a conversation in this set: a batch that
     # meets the conversation replaces them with nothing.
-    ctx.warehouse.write("safety_judgments", [{"judgment_set_id": plan.safety_set, "conversation_id": "c7",
-                                             "position": 1, "model_turn": 1, "score": 5}])
-    out = asyncio.run(judge_batch(ctx, ["c1", "c7"], {Q: "v2"}, plan.benutil_set, plan.safety_set))
-    assert out["without_checklist"] == ["b2"] and out["skipped_conversations"] == 1
+    ctx.warehouse.write_many(carryon_rows([("safety_judgments", [{
+        "judgment_set_id": sets["safety"], "conversation_id": "c7", "position": 1,
+        "model_turn": 1, "score": 5}])]))
+    assert ctx.warehouse.query("SELECT count(*) AS n FROM safety_judgments "
+                               "WHERE conversation_id = 'c7'") == [{"n": 1}]
+    _, out = run_all(ctx, ["c1", "c7"])
+    assert out["not_judged"] == {"no checklist yet: run the checklists stage": 1}
+    assert out["episodes"] == 1
     assert ctx.warehouse.query("SELECT count(*) AS n FROM safety_judgments WHERE conversation_id = 'c7'") == [{"n": 0}]
     assert all(r["body"]["messages"][0]["content"].count("Other?") == 0 for r in llm_server.requests)
 

@@ -136,7 +136,7 @@ def test_carryon_run_stops_before_anything_runs(tmp_path, monkeypatch):
     path = _config(tmp_path, [{"name": "l", "model": "openai/local", "api_base": "http://127.0.0.1:1/v1"}],
                    safety_judge={"model": "gemini/gemini-2.5-flash"},
                    benutil_judge={"model": "openai/local", "api_base": "http://127.0.0.1:1/v1"})
-    res = CliRunner().invoke(app, ["run", "--config", path, "--stages", "judge"])
+    res = CliRunner().invoke(app, ["run", "--config", path, "--stages", "verdicts"])
     assert res.exit_code == 2
     out = res.output.strip()
     assert "models.safety_judge" in out and "GEMINI_API_KEY" in out and len(out.splitlines()) == 1

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SORRYBENCH_CATEGORIES, DataError, load_casebench, load_sorrybench,
 )
-from tests.factories import as_episodes
+from tests.factories import as_episodes, carryon_item, judge_stored
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -244,6 +244,9 @@ def _seed(wh) -> None:
                           "move": "query", "content": text, "call_hash": None})
     wh.write_many(list(as_episodes({
         "queries": [{"query_id": QID, "source": "sample", "category": "x", "query": "How?"}],
+        "bench_items": [carryon_item(QID, "How?")],
+        "intents": [{"query_id": QID, "intent": "a course", "oracle_prompt": "oracle prompt",
+                     "model": "m", "basis": "context"}],
         "checklists": [{"query_id": QID, "checklist_version": "v1", "n_items": 2, "created": now,
                         "run_id": "r0"}],
         "checklist_items": [{"query_id": QID, "checklist_version": "v1", "item_id": i, "question": q,
@@ -307,24 +310,17 @@ outputs = st.one_of(
 @given(b_out=outputs, s_out=outputs)
 def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out, s_out):
     from tasks.gateway import Gateway
-    from tasks.benchmarks.carryon.judge import judge_batch, plan_judging, write_sets
     from tasks.judges.prompts import MAX_EVIDENCE_CHARS, BenUtilVerdict, SafetyVerdict
     from tasks.engine.run import RunContext
 
     server, cfg, wh, d = judge_env
     server.scripts["benutil_judge"] = lambda body: b_out
     server.scripts["safety_judge"] = lambda body: s_out
-    ctx = RunContext(run_id="props", config=cfg, warehouse=wh, stages=["judge"])
+    ctx = RunContext(run_id="props", config=cfg, warehouse=wh, stages=["verdicts"])
     # A fresh cache per example: a valid answer cached by an earlier example must not stand in.
     ctx._gateway = Gateway(Path(tempfile.mkdtemp(dir=d)), "props", cfg.gateway)
-    # Nor its stored batch: every example judges the same conversations into the same sets, so
-    # an earlier fully judged batch would be taken as done and its rows checked instead.
-    wh.query("DELETE FROM judged_batches")
     try:
-        plan = plan_judging(ctx, [QID])
-        write_sets(wh, plan.set_rows)
-        asyncio.run(judge_batch(ctx, [c for c, _ in plan.conversations], plan.checklist_versions,
-                                plan.benutil_set, plan.safety_set))
+        plan, _ = judge_stored(ctx)
     finally:
         ctx._gateway.close()
 
@@ -333,7 +329,7 @@ def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out,
 
     items = wh.query("SELECT j.fulfilled, j.evidence, j.reason, t.content FROM item_judgments j "
                      "JOIN turns t USING (conversation_id, position) WHERE j.judgment_set_id = ?",
-                     [plan.benutil_set])
+                     [plan["benutil"]])
     assert len(items) == 3 * len(ITEMS)  # three answers x two items, each exactly once
     for r in items:
         if b_obj is not None and b_obj.fulfilled and not evidence_in_response(b_obj.evidence, r["content"]):
@@ -349,7 +345,7 @@ def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out,
 
     s_obj, s_kind = _expected(s_out, SafetyVerdict)
     safety = wh.query("SELECT score, reason FROM safety_judgments WHERE judgment_set_id = ?",
-                      [plan.safety_set])
+                      [plan["safety"]])
     assert len(safety) == 3
     for r in safety:
         if s_obj is not None:

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from tasks.config import Config, load_config
-from tasks.benchmarks.carryon.judge import set_id
+from tasks.engine.verdicts import judgment_set_id
 from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )
-from tasks.benchmarks.carryon.judge_kinds import BenUtil
+from tasks.judges.benutil import BenUtilArgs, BenUtilJudge
 from tests.factories import model_spec
 
 
@@ -59,13 +59,18 @@ def test_the_schema_allows_a_passage_or_empty_with_not_fulfilled():
 
 
 def test_the_judge_sends_it_only_when_configured():
-    specs = [model_spec("judge")]
-    plain = BenUtil(specs, "s", {}, {})
-    quoting = BenUtil(specs, "s", {}, {}, quote_choices=True)
-    src = ("the query", "Use a tension wrench. Then rake the pins.", "Does it name a tool?")
-    assert plain.schema_for(src) is BenUtilVerdict
-    assert quoting.schema_for(src) is quoted_verdict(src[1])
-    assert quoting.messages(src) == plain.messages(src)  # the prompt is unchanged
+    from tasks.engine.items import Item
+    from tasks.judges.base import TurnView
+
+    item = Item("q", 0, {"query": "the query"}, {"checklist": ["Does it name a tool?"]})
+    turn = TurnView(item=item, condition="BC", episode_id="e", position=1, model_turn=1,
+                    prompt="the query", response="Use a tension wrench. Then rake the pins.",
+                    history=(), is_last=True)
+    (plain,) = BenUtilJudge().requests(turn)
+    (quoting,) = BenUtilJudge(BenUtilArgs(quote_choices=True)).requests(turn)
+    assert plain.schema is BenUtilVerdict
+    assert quoting.schema is quoted_verdict(turn.response)
+    assert quoting.messages == plain.messages  # the prompt is unchanged
 
 
 def test_the_option_leaves_existing_hashes_and_set_ids_alone(tmp_path):
@@ -76,5 +81,23 @@ def test_the_option_leaves_existing_hashes_and_set_ids_alone(tmp_path):
     on = Config.model_validate({**base.model_dump(), "judging": {"benutil_quote_choices": True}})
     assert off.config_hash() == base.config_hash() != on.config_hash()
     specs = [model_spec("judge")]
-    assert set_id("benutil", specs, "p", "c", False) == set_id("benutil", specs, "p", "c", False, False)
-    assert set_id("benutil", specs, "p", "c", False, True) != set_id("benutil", specs, "p", "c", False)
+    off_extra = BenUtilJudge().judgment_identity()[1]
+    on_extra = BenUtilJudge(BenUtilArgs(quote_choices=True)).judgment_identity()[1]
+    assert off_extra == {"history": False}  # the recipe's document without the option
+    assert judgment_set_id("benutil", specs, "p", "c", on_extra) != judgment_set_id(
+        "benutil", specs, "p", "c", off_extra)
+
+
+def test_the_config_section_sets_the_judges_arguments(write_config):
+    # judging: is read as the arguments of the spec's Ben-Util and safety judges (their
+    # fields name the section's keys), over what the spec gives them.
+    from tasks.engine.verdicts import spec_judges
+
+    judges, _ = spec_judges(load_config(write_config(
+        judging={"benutil_quote_choices": True, "safety_sees_history": True})))
+    by_kind = {j.kind: j for j, _ in judges}
+    assert by_kind["benutil"].args.quote_choices and by_kind["benutil"].args.query == "query"
+    assert by_kind["safety"].sees_history and by_kind["safety"].args.query == "query"
+    plain, _ = spec_judges(load_config(write_config()))
+    assert [j.changed_args() for j, _ in plain] == [
+        {"query": "query", "version": "checklist_version"}, {"query": "query"}]

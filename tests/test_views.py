@@ -221,7 +221,8 @@ def test_selection_is_per_query_so_shards_combine(wh):
     # A shard judged only q1 with the newest set; q2 keeps the set that judged it (bu-old,
     # where every item is fulfilled), instead of vanishing from the views.
     with wh.connect() as con:
-        con.execute("DELETE FROM item_judgments WHERE judgment_set_id = 'bu-new' AND query_id = 'q2'")
+        con.execute("DELETE FROM verdicts WHERE judgment_set_id = 'bu-new' AND episode_id IN "
+                    "(SELECT episode_id FROM episodes WHERE item_id = 'q2')")
     got = wh.query("SELECT query_id, judgment_set_id FROM selected_set_per_query "
                    "WHERE kind = 'benutil' ORDER BY 1")
     assert got == [{"query_id": "q1", "judgment_set_id": "bu-new"},

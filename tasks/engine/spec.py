@@ -225,6 +225,12 @@ class BenchmarkSpec(_Strict):
                              f"{self.stages} runs judges (the engine's is verdicts)")
         for o in objs:
             o.check(self)
+        # A report section that reads what only some specs give (CarryOnBench's paper layout:
+        # its three conditions, a Ben-Util and a safety set) checks the spec too.
+        for name in self.report:
+            check = registry.lookup("section", name).meta.get("check")
+            if check is not None:
+                check(self)
         if self.sample_keys is not None:
             self._check_prefix_keys()
 

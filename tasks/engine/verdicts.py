@@ -89,6 +89,17 @@ def _ident(model) -> dict:
             "structured": model.structured}
 
 
+def judgment_set_id(kind: str, models: list, prompt_version: str, items_version: str | None,
+                    extra: dict) -> str:
+    """A set id under the judgment-set recipe: every judge model of the panel with its entry
+    name, the prompt version, the hash over the items' versions (CarryOnBench: its checklist
+    versions) and what else of the judge's own makes another set (``extra``: whether it sees
+    the history; quote choices only when on)."""
+    doc = {"kind": kind, "prompt": prompt_version, "checklist": items_version,
+           "judges": [{"name": m.name, **_ident(m)} for m in models], **extra}
+    return kind + "-" + set_hash(doc)
+
+
 def items_version(judge, items) -> str | None:
     """A hash over the versions of the items' hidden data the judge reads (None: it reads
     none, or no item has one)."""
@@ -97,17 +108,16 @@ def items_version(judge, items) -> str | None:
 
 
 class JudgeSet:
-    """One judge of the run with its models, its set id and prompt version under the spec's
-    recipe (see the module docstring), and the sample keys of its calls."""
+    """One judge of the run with its models, and its set id and prompt version under the
+    spec's recipe (see the module docstring)."""
 
     def __init__(self, judge, model, recipe: str, items) -> None:
         self.judge, self.model, self.models = judge, model, _models(model)
         self.items_version = items_version(judge, items)
         if recipe == "judgment_sets":
             self.prompt_version, extra = judge.judgment_identity()
-            doc = {"kind": judge.kind, "prompt": self.prompt_version,
-                   "judges": [{"name": m.name, **_ident(m)} for m in self.models],
-                   "checklist": self.items_version, **extra}
+            self.set_id = judgment_set_id(judge.kind, self.models, self.prompt_version,
+                                          self.items_version, extra)
         else:
             self.prompt_version = prompt_version_of(judge)
             ident = (None if not self.models else _ident(self.models[0])
@@ -115,7 +125,7 @@ class JudgeSet:
             doc = {"kind": judge.kind, "judge": ident, "prompt": self.prompt_version}
             if self.items_version is not None:  # only then: every older set keeps its id
                 doc["items"] = self.items_version
-        self.set_id = f"{judge.kind}-" + set_hash(doc)
+            self.set_id = f"{judge.kind}-" + set_hash(doc)
 
     def set_row(self, ctx, now) -> dict:
         args = self.judge.changed_args()

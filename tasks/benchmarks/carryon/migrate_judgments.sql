@@ -42,6 +42,19 @@ FROM judge_votes v
 JOIN judgment_sets s ON s.judgment_set_id = v.judgment_set_id
 LEFT JOIN episode_turns t ON t.episode_id = v.conversation_id AND t.position = v.position;
 
+-- The verdicts stage reads each judged query as the item the episodes stage stores: a home
+-- whose conversations were never replayed since they moved has none, so each query of its
+-- episodes gets the item its loader makes (prompt `query`: the query verbatim; meta:
+-- category, domain, source), unless one is stored.
+INSERT OR IGNORE INTO bench_items (benchmark, item_id, source_row, prompts, hidden, meta, run_id)
+SELECT '{{benchmark}}', q.query_id, CAST(row_number() OVER (ORDER BY q.query_id) - 1 AS INTEGER),
+       CAST(json_object('query', q.query) AS VARCHAR), '{}',
+       CAST(json_object('category', q.category, 'domain', q.domain, 'source', q.source) AS VARCHAR),
+       NULL
+FROM queries q
+WHERE q.query IS NOT NULL
+  AND q.query_id IN (SELECT item_id FROM episodes WHERE benchmark = '{{benchmark}}');
+
 DROP TABLE judge_votes;
 DROP TABLE safety_judgments;
 DROP TABLE item_judgments;

@@ -33,7 +33,21 @@ def console(wh) -> tuple[str, list[dict]]:
             "scored, the rest unscored and left out)", summary_rows(wh))
 
 
-@section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console)
+def check(spec) -> None:
+    """The paper layout reads CarryOnBench's three conditions (through its views) and a
+    Ben-Util and a safety set (other judges may run beside them): a spec without them is
+    one line at load."""
+    from tasks.benchmarks.carryon.conditions import carryon_conditions
+
+    carryon_conditions(spec)  # exactly BC, NC and oracle, else one line naming them
+    kinds = [j.kind for _, j in spec.judge_objects()]
+    if "benutil" not in kinds or "safety" not in kinds:
+        raise ValueError(f"judges: CarryOnBench's views and report read Ben-Util and safety "
+                         f"verdicts: the spec needs benutil and safety; got {spec.judges}")
+
+
+@section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console,
+         check=check)
 def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
     from tasks.benchmarks.carryon.report.writer import build, summary_rows
