@@ -210,7 +210,7 @@ def _config(tmp: Path, name: str, api_base: str, args, workers) -> Path:
     return path
 
 
-LLM_STAGES = ("checklists", "episodes", "judge")
+LLM_STAGES = ("checklists", "episodes", "verdicts")
 
 
 def fresh_process(cmd: list[str], env: dict | None = None) -> tuple[float, dict]:

@@ -1,4 +1,4 @@
-"""The full pipeline (checklists → episodes → judge → report) against the loopback test server.
+"""The full pipeline (checklists → episodes → verdicts → report) against the loopback test server.
 
     .venv/bin/python benchmarks/pipeline_throughput.py [--targets 6] [--concurrency 64]
                                                        [--queries 14] [--skip-0ms]
@@ -25,7 +25,7 @@ includes open_run (pre-flight, warehouse init, the run row), the four stage subf
 Prefect task runs (API calls to the already-running temporary server), every gateway call,
 every warehouse write, and the report stage (views, analyses, figures, HTML). It excludes
 Python and library imports (done before), the Prefect server start, and the test server.
-Per-stage wall times are printed too; the LLM-stage figure (checklists + episodes + judge)
+Per-stage wall times are printed too; the LLM-stage figure (checklists + episodes + verdicts)
 is the one the throughput targets apply to, the full-flow figure is shown beside it.
 
 How "concurrency 64" maps onto the gateway: its limits are per (model string, api_base), so
@@ -181,7 +181,7 @@ async def run_pipeline(config_path: Path, base: str, recorder: CallRecorder | No
             recorder.restore()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     served = control(base, "/_stats").get("total", 0)
-    llm = sum(timer.times.get(s, 0.0) for s in ("checklists", "episodes", "judge"))
+    llm = sum(timer.times.get(s, 0.0) for s in ("checklists", "episodes", "verdicts"))
     return {"wall_s": wall, "cpu_s": cpu, "llm_stages_s": llm, "stages_s": dict(timer.times),
             "requests_server": served, "requests_gateway": summary["requests"],
             "cache_hits": summary["cache_hits"], "failures": summary["failures"],

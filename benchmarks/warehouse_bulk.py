@@ -4,14 +4,16 @@
 
 Rows come from ``tests.test_report.build_synthetic`` (consistent runs, queries, checklists,
 judgment sets, BC/NC/oracle conversations, turns, item and safety judgments, unscored
-verdicts), with enough targets and queries for the requested number of item judgments; each
-item judgment row is then filled out as the judge stage writes it (evidence text, the
-checklist version, a 64-hex call hash), so the write moves real-sized rows.
+verdicts), with enough targets and queries for the requested number of item judgments, stored
+as the verdicts stage stores them (``verdicts`` rows of the Ben-Util and safety sets, read
+back through the views ``item_judgments`` and ``safety_judgments``); each Ben-Util verdict is
+then filled out as the stage writes it (evidence text, the checklist version, a 64-hex call
+hash), so the write moves real-sized rows.
 
 Timed, each on its own:
 - the other tables, in one ``write_many`` transaction (not a target; for context);
-- ``Warehouse.write("item_judgments", rows)`` of all item judgments: ONE transaction through
-  the Arrow path, upsert on the natural key (target <= 15 s);
+- ``Warehouse.write("verdicts", rows)`` of all item judgments and safety judgments: ONE
+  transaction through the Arrow path, upsert on the natural key (target <= 15 s);
 - the same write again (a rerun replacing every row: the idempotent path), checking that the
   table still holds exactly one row per key;
 - every view of ``tasks/benchmarks/carryon/views.sql``, fully materialised (``SELECT *`` fetched to Arrow), on
@@ -67,10 +69,14 @@ def make_rows(home: Path, n_judgments: int) -> dict[str, list[dict]]:
     finally:
         synthetic.Warehouse = original
     rows = {name: list(r) for name, r in _Capture.captured}
-    for i, r in enumerate(rows["item_judgments"]):  # as the judge stage writes them
-        r["evidence"] = None if r["fulfilled"] is None else f"the response explains point {r['item_id']} in its second paragraph"
-        r["reason"] = "invalid_output: fulfilled: Field required" if r["fulfilled"] is None else None
-        r["checklist_version"] = "v1"
+    for i, r in enumerate(rows["verdicts"]):  # as the verdicts stage writes Ben-Util's
+        if not r["measure"].startswith("fulfilled:"):
+            continue
+        item = r["measure"].split(":")[1]
+        r["evidence"] = (None if r["value"] is None
+                         else f"the response explains point {item} in its second paragraph")
+        r["reason"] = "invalid_output: fulfilled: Field required" if r["value"] is None else None
+        r["item_version"] = "v1"
         r["call_hash"] = f"{i:064x}"
     return rows
 
@@ -86,28 +92,30 @@ def main() -> None:
         home.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         rows = make_rows(home, args.judgments)
-        items = rows.pop("item_judgments")
+        items = rows.pop("verdicts")
         gen_s = time.perf_counter() - t0
         wh = Warehouse(home / "warehouse.duckdb").init()
         t0 = time.perf_counter()
         wh.write_many(list(rows.items()))
         other_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        wh.write("item_judgments", items)
+        wh.write("verdicts", items)
         write_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        wh.write("item_judgments", items)
+        wh.write("verdicts", items)
         rewrite_s = time.perf_counter() - t0
-        stored = wh.count("item_judgments")
+        stored = wh.count("verdicts")
         if stored != len(items):
-            raise SystemExit(f"item_judgments holds {stored} rows after two writes of {len(items)}")
+            raise SystemExit(f"verdicts holds {stored} rows after two writes of {len(items)}")
+        n_items = wh.count("item_judgments")
         views = {}
         for v in view_names():
             t0 = time.perf_counter()
             with wh.connect(read_only=True) as con:
                 n = con.sql(f"SELECT * FROM {v}").to_arrow_table().num_rows
             views[v] = {"seconds": round(time.perf_counter() - t0, 3), "rows": n}
-        out = {"item_judgments": len(items), "other_rows": {k: len(v) for k, v in rows.items()},
+        out = {"item_judgments": n_items, "verdicts": len(items),
+               "other_rows": {k: len(v) for k, v in rows.items()},
                "generate_s": round(gen_s, 2), "other_tables_write_s": round(other_s, 2),
                "item_judgments_write_s": round(write_s, 2),
                "item_judgments_rewrite_s": round(rewrite_s, 2), "views": views,
@@ -116,7 +124,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     ok = "met" if write_s <= 15 else "NOT met"
-    print(f"\nbulk write of {len(items):,} item judgments: {write_s:.2f} s (target ≤ 15 s: {ok}); "
+    print(f"\nbulk write of {len(items):,} verdicts ({n_items:,} item judgments): {write_s:.2f} s "
+          f"(target ≤ 15 s: {ok}); "
           f"rewrite (upsert replacing every row): {rewrite_s:.2f} s; other tables "
           f"({sum(out['other_rows'].values()):,} rows): {other_s:.2f} s; warehouse {out['db_mb']} MB")
     print("\n| view | rows | seconds | ≤ 5 s |")

@@ -59,7 +59,7 @@ def _home_without_judgments(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True)
     shutil.copy(src / "warehouse.duckdb", dst / "warehouse.duckdb")
     with Warehouse(dst / "warehouse.duckdb").connect() as con:
-        for table in ("item_judgments", "safety_judgments", "judged_batches", "judge_votes"):
+        for table in ("verdicts", "verdict_votes"):  # CarryOnBench's judgments
             con.execute(f"DELETE FROM {table}")
 
 
@@ -70,8 +70,8 @@ def test_batch_judging_gives_the_live_judgments(live_home, llm_server, tmp_path)
     _home_without_judgments(live_home, home)
     before = dict(llm_server.counts)
     summary = asyncio.run(carryon(config=str(_config(tmp_path / "b.yaml", llm_server.api_base,
-                                                     home, True)), stages="judge"))
-    assert summary["stages"]["judge"]
+                                                     home, True)), stages="verdicts"))
+    assert summary["stages"]["verdicts"]
     for role in JUDGES:  # not one live judge request: every judgment came from a batch line
         assert llm_server.counts.get(role, 0) == before.get(role, 0), role
     assert llm_server.counts["POST /v1/batches"] > before.get("POST /v1/batches", 0)
@@ -93,7 +93,7 @@ def test_sigkill_mid_batch_resumes_the_submitted_batches(live_home, llm_server, 
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg),
-                             "--stages", "judge"], cwd=ROOT, env=env,
+                             "--stages", "verdicts"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wh = Warehouse(home / "warehouse.duckdb")
     try:
@@ -114,7 +114,7 @@ def test_sigkill_mid_batch_resumes_the_submitted_batches(live_home, llm_server, 
     for b in submitted:  # the provider gets to them
         llm_server.batch.batches[b["batch_id"]]["_faults"].delay_polls = 1
     llm_server.batch_faults.delay_polls = 1
-    rerun = asyncio.run(carryon(config=str(cfg), stages="judge"))
+    rerun = asyncio.run(carryon(config=str(cfg), stages="verdicts"))
     resumed = {b["batch_id"] for b in wh.query(
         "SELECT batch_id FROM llm_batches WHERE consumed")}
     assert {b["batch_id"] for b in submitted} <= resumed  # polled again, answers used

@@ -67,7 +67,7 @@ def test_paper_shape_run_in_batches_killed_and_resumed(prefect_harness, llm_serv
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "--config", str(path),
-                             "--stages", "judge"], cwd=ROOT, env=env,
+                             "--stages", "verdicts"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wh = Warehouse(home / "warehouse.duckdb")
     judge_batches = "SELECT count(DISTINCT role) AS n FROM llm_batches WHERE role LIKE '%judge'"

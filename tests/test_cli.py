@@ -54,7 +54,7 @@ def test_unreachable_api_base_fails_before_writing(tmp_path):
 
 
 def test_unknown_stage(tmp_path, llm_server):
-    r = invoke("run", "--config", str(_config(tmp_path, llm_server.api_base)), "--stages", "judge,nope")
+    r = invoke("run", "--config", str(_config(tmp_path, llm_server.api_base)), "--stages", "verdicts,nope")
     assert r.exit_code == 2 and "unknown stage" in r.output
 
 

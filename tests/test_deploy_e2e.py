@@ -238,7 +238,7 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
     # The warehouse: the run succeeded with every stage, and conversations were simulated.
     wh = Warehouse(run_home / "warehouse.duckdb")
     runs = wh.query("SELECT status, stages FROM runs")
-    assert runs == [{"status": "succeeded", "stages": "checklists,episodes,judge,report"}]
+    assert runs == [{"status": "succeeded", "stages": "checklists,episodes,verdicts,report"}]
     assert wh.count("conversations") > 0 and wh.count("item_judgments") > 0
 
     # The UI: one subflow run per stage under the deployment's run ...
@@ -246,7 +246,7 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
                     {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}})
     flows = {f["id"]: f["name"] for f in _api(api_url, "/flows/filter", {})}
     stage_names = sorted(flows[r["flow_id"]] for r in subflows if r["state_type"] == "COMPLETED")
-    assert {"checklists", "episodes", "judge", "report"} <= set(stage_names), stage_names
+    assert {"checklists", "episodes", "verdicts", "report"} <= set(stage_names), stage_names
 
     # ... progress artifacts per stage, and the summary table and report markdown at the end.
     run_ids = [flow_run_id] + [r["id"] for r in subflows]
@@ -277,15 +277,15 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
     out = {}
     con = duckdb.connect(str(path), read_only=True)
     try:
-        # judged_batches records how work was batched (a skip-if-unchanged fingerprint per
-        # batch), stage_memos what each stage saw (a fingerprint per stage and shard): shards
-        # batch and split differently by design, so both are bookkeeping, not data.
+        # stage_memos records what each stage saw (a fingerprint per stage and shard): shards
+        # split differently by design, so it is bookkeeping, not data.
         relations = {t.name: [(c.name, str(c.type)) for c in t.columns]
                      for t in SQLModel.metadata.sorted_tables
                      if "run_id" not in [c.name for c in t.primary_key.columns]
-                     and t.name not in ("judged_batches", "stage_memos")}
+                     and t.name != "stage_memos"}
         for (view,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
-            if view == "selected_judgment_sets":  # describes the sets (one per shard), not data
+            # The selected sets describe the sets (one per shard), not data.
+            if view in ("selected_judgment_sets", "selected_verdict_sets"):
                 continue
             relations["view:" + view] = [tuple(r) for r in con.execute(
                 "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
@@ -293,11 +293,13 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
         for name, cols in relations.items():
             keep = [c for c, typ in cols if c not in _BATCH_COLS
                     and "DATE" not in typ.upper() and "TIME" not in typ.upper()]
-            if name == "judgment_sets":  # one row per shard's set: compare what sets there are
-                keep = [c for c in keep if c != "checklist_version"]
+            # One row per shard's set: compare what sets there are.
+            if name in ("view:judgment_sets", "verdict_sets"):
+                keep = [c for c in keep if c not in ("checklist_version", "item_version")]
             rel = name.removeprefix("view:")
             col_sql = ", ".join(f'"{c}"' for c in keep)
-            rows = con.execute(f'SELECT DISTINCT {col_sql} FROM "{rel}"' if name == "judgment_sets"
+            rows = con.execute(f'SELECT DISTINCT {col_sql} FROM "{rel}"'
+                               if name in ("view:judgment_sets", "verdict_sets")
                                else f'SELECT {col_sql} FROM "{rel}"').fetchall()
             out[name] = sorted((tuple(_same_number(v) for v in r) for r in rows), key=repr)
     finally:

@@ -55,14 +55,14 @@ def test_rerun_sends_nothing_and_reproduces_every_number(prefect_harness, llm_se
     # cache was read; tests/test_stage_memo.py replays them too.
     assert runs[1]["requests"] == 0 and runs[1]["cache_hits"] == 0
     assert all(second["stages"][s]["unchanged_since"] == first["run_id"]
-               for s in ("checklists", "episodes", "judge"))
+               for s in ("checklists", "episodes", "verdicts"))
     assert (tmp_path / "home" / "reports" / second["run_id"] / "report.html").exists()
 
 
 def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_server, write_config,
                                                         tmp_path, monkeypatch):
     path = write_config(dataset={"source": "sample", "path": None, "limit": 1})
-    run_flow(path, "checklists,episodes,judge")
+    run_flow(path, "checklists,episodes,verdicts")
     safety_calls = llm_server.counts["safety_judge"]
     assert safety_calls > 0
     # A copy of the prompts with one changed sentence in the safety judge's template.
@@ -74,7 +74,7 @@ def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_se
     prompts._env.cache_clear()
     try:
         llm_server.reset()
-        run_flow(path, "checklists,episodes,judge")
+        run_flow(path, "checklists,episodes,verdicts")
     finally:
         prompts._env.cache_clear()
     sent = {role: n for role, n in llm_server.counts.items() if role != "total"}

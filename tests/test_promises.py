@@ -131,7 +131,7 @@ def test_two_pipeline_runs_with_other_timeouts_retries_concurrency_and_key_send_
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     run = wh.query("SELECT requests, cache_hits FROM runs WHERE run_id = ?", [second["run_id"]])[0]
     assert run["requests"] == 0 and run["cache_hits"] > 0
-    assert all(second["stages"][s].get("unchanged_since") is None for s in ("checklists", "episodes", "judge"))
+    assert all(second["stages"][s].get("unchanged_since") is None for s in ("checklists", "episodes", "verdicts"))
 
 
 # ----- 2. the validation report's harmful boundary (harm >= 4) -----------------------------------

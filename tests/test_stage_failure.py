@@ -190,8 +190,8 @@ def test_every_answer_judged_harmful_is_data_not_a_failure(prefect_harness, llm_
 def test_a_stage_with_nothing_to_do_is_not_failed(prefect_harness, llm_server, write_config, tmp_path):
     # Judge and report on an empty warehouse: nothing to judge, and the report says so.
     path = write_config(dataset=ONE_QUERY)
-    summary = run_flow(path, "judge,report")
-    assert summary["stages"]["judge"].get("conversations", 0) == 0
+    summary = run_flow(path, "verdicts,report")
+    assert summary["stages"]["verdicts"].get("episodes", 0) == 0
     home = tmp_path / "home"
     run = the_run(home)
     assert run["status"] == "succeeded"

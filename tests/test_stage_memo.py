@@ -21,7 +21,7 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
-MODEL_STAGES = ("checklists", "episodes", "judge")
+MODEL_STAGES = ("checklists", "episodes", "verdicts")
 
 
 def run_flow(path, **kw):
@@ -62,7 +62,7 @@ def test_unchanged_stages_are_skipped_and_every_change_replays(prefect_harness, 
     llm_server.reset()
     third = run_flow(path)
     assert llm_server.counts["total"] == 0
-    assert skipped(third) == {"checklists": first["run_id"], "episodes": None, "judge": None}
+    assert skipped(third) == {"checklists": first["run_id"], "episodes": None, "verdicts": None}
     assert snapshot(wh) == before
 
     # replay=True runs every stage: all from the cache.
@@ -111,11 +111,11 @@ def test_a_stage_with_a_failed_call_keeps_no_memo(prefect_harness, llm_server, w
     llm_server.reset()
     second = run_flow(path)
     assert skipped(second) == {"checklists": first["run_id"], "episodes": first["run_id"],
-                               "judge": None}
+                               "verdicts": None}
     assert llm_server.counts["safety_judge"] > 0 and not second["failures"]
     # Now every call succeeded: the third run skips the judge too.
     llm_server.reset()
     third = run_flow(path)
     assert skipped(third) == {"checklists": first["run_id"], "episodes": first["run_id"],
-                              "judge": second["run_id"]}
+                              "verdicts": second["run_id"]}
     assert llm_server.counts["total"] == 0

@@ -26,8 +26,9 @@ memo with its fingerprint exists and the stage's own tables still hash as the me
 a skip is never required for correctness; editing any source file, for instance, replays
 every stage once. ``carryon run --replay`` (or ``replay=True``) runs every stage regardless.
 
-Every stage that writes tables keeps a memo (its ``outputs``, tasks/stages/): CarryOnBench's
-three model stages and the episode engine's two. The report writes none and always runs. The engine's tables hold every
+Every stage that writes tables keeps a memo (its ``outputs``, tasks/stages/): the engine's
+episodes and verdicts, and a benchmark's own (CarryOnBench's checklists). The report writes
+none and always runs. The engine's tables hold every
 benchmark's rows, so a run of another benchmark in the same home changes them: the next rerun
 replays its stages once (from the cache) instead of skipping them.
 """
