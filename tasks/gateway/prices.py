@@ -24,9 +24,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.config import ModelSpec
 from tasks.gateway.batch_wire import batch_route
 from tasks.gateway.transport import _litellm
+from tasks.model_entry import ModelSpec
 
 DEFAULT_BATCH_DISCOUNT = 0.5
 
