@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Literal, get_args
+from typing import get_args
 
 import yaml
 from pydantic import (
@@ -49,10 +49,12 @@ PAPER_EXCLUDED_CATEGORIES = [
 MAX_CONFIG_BYTES = CONFIG_MAX_BYTES
 
 
-# The model entry (as written and as resolved) lives in tasks/model_entry.py; re-exported
-# here, where the stages and tests import it.
+# The model entry (as written and as resolved) and the gateway's own settings live in
+# tasks/model_entry.py, on the ground floor, so the gateway takes them without importing this
+# module (tests/test_import_graph.py); re-exported here, where the stages and tests import them.
 from tasks.model_entry import (  # noqa: E402,F401
-    INT64_MAX, UNHASHED_ENTRY_FIELDS, ModelEntry, ModelSpec, PriceEntry, _Strict,
+    INT64_MAX, UNHASHED_ENTRY_FIELDS, UNHASHED_GATEWAY_FIELDS, GatewayConfig, ModelEntry,
+    ModelSpec, PriceEntry, _Strict, api_key_for,
 )
 
 
@@ -118,28 +120,6 @@ class JudgingConfig(_Strict):
     # with the request; the prompt is unchanged): for small local models that cannot copy
     # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
     benutil_quote_choices: bool = False
-
-
-# Gateway settings that change how requests travel, never what they return: left out of the
-# config hash, so a config keeps its hash (and its run ids' prefix) whatever they are.
-UNHASHED_GATEWAY_FIELDS = ("workers", "shared_limits")
-
-
-class GatewayConfig(_Strict):
-    max_parse_retries: int = Field(2, ge=0, le=20)
-    backoff_base_s: float = Field(0.5, gt=0, le=3600)
-    backoff_max_s: float = Field(30.0, gt=0, le=3600)
-    # A model server that refuses connections for this many calls in a row (each after all
-    # its retries) is down: the run stops with one line instead of dropping every query.
-    max_connection_failures: int = Field(3, ge=1, le=10_000)
-    # Processes that send the requests (tasks/gateway/workers.py): "auto" is one per core, 0
-    # sends every request from the run's own process. CARRYON_GATEWAY_WORKERS overrides it.
-    workers: int | Literal["auto"] = "auto"
-    # Provider limits (max_concurrency, rpm) drawn from one budget per model on the Prefect
-    # server (tasks/gateway/shared_limits.py), so every shard and worker of a deployment
-    # shares them. "auto": when the run is one shard of several and talks to a long-lived
-    # Prefect server (PREFECT_API_URL, not this process's temporary server); "on"; "off".
-    shared_limits: Literal["auto", "on", "off"] = "auto"
 
 
 def _role_field(r):
@@ -419,6 +399,7 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
                               f"{first['msg']}{_got(first)}") from None
 
 
-# What a model entry reads from the environment at call time (its key) and whether it is the
-# embedded local model live in tasks/model_env.py; imported here, where callers look for them.
-from tasks.model_env import LOCAL_MODEL_PREFIX, api_key_for, check_secrets, is_smoke_model  # noqa: E402,F401
+# The pre-flight check of the keys an entry names and whether it is the embedded local model
+# live in tasks/model_env.py (the key itself is read by api_key_for, above); imported here,
+# where callers look for them.
+from tasks.model_env import LOCAL_MODEL_PREFIX, check_secrets, is_smoke_model  # noqa: E402,F401

@@ -1,10 +1,19 @@
-"""A model entry of the config: as the user writes it (``ModelEntry``, unset fields from
-``models.defaults``) and fully resolved (``ModelSpec``, what the gateway needs for a call).
-``generation_params`` is what shapes an answer (the cache key); batch and price settings
-shape only the bill and are in no key or hash."""
+"""What the gateway takes, on the ground floor: a model entry of the config, as the user writes
+it (``ModelEntry``, unset fields from ``models.defaults``) and fully resolved (``ModelSpec``,
+what the gateway needs for a call); the gateway's own settings (``GatewayConfig``, the
+config's ``gateway:`` section); and ``api_key_for``, an entry's key read from the environment
+at call time. ``generation_params`` is what shapes an answer (the cache key); batch and price
+settings shape only the bill and are in no key or hash.
+
+This module imports nothing of the project: the gateway (tasks/gateway/) stands on it and
+never imports the config that builds these values (tasks/config.py resolves the entries and
+re-exports every name here; tests/test_import_graph.py keeps the gateway off the floors
+above it).
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -137,3 +146,41 @@ class ModelSpec:
         if self.thinking_budget is not None:
             out["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         return out
+
+
+def api_key_for(spec: ModelSpec) -> str | None:
+    """The API key of a model entry, read from the environment at call time.
+
+    CARRYON_API_KEY, when set, is the key of every entry (one switch for one server). The
+    entry holds only the variable's *name* (``api_key_env``): the key itself is read here, at
+    the moment a request is built, so it never reaches the cache key, the warehouse, Prefect
+    parameters or logs. It sits beside the entry, not in tasks/model_env.py (the pre-flight
+    checks, which read the whole config), so the gateway can call it without the config."""
+    if os.environ.get("CARRYON_API_KEY"):
+        return os.environ["CARRYON_API_KEY"]
+    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
+
+
+# Gateway settings that change how requests travel, never what they return: left out of the
+# config hash, so a config keeps its hash (and its run ids' prefix) whatever they are.
+UNHASHED_GATEWAY_FIELDS = ("workers", "shared_limits")
+
+
+class GatewayConfig(_Strict):
+    """The config's ``gateway:`` section: how the gateway retries, backs off, spreads its
+    requests over processes and shares provider limits."""
+
+    max_parse_retries: int = Field(2, ge=0, le=20)
+    backoff_base_s: float = Field(0.5, gt=0, le=3600)
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
+    # A model server that refuses connections for this many calls in a row (each after all
+    # its retries) is down: the run stops with one line instead of dropping every query.
+    max_connection_failures: int = Field(3, ge=1, le=10_000)
+    # Processes that send the requests (tasks/gateway/workers.py): "auto" is one per core, 0
+    # sends every request from the run's own process. CARRYON_GATEWAY_WORKERS overrides it.
+    workers: int | Literal["auto"] = "auto"
+    # Provider limits (max_concurrency, rpm) drawn from one budget per model on the Prefect
+    # server (tasks/gateway/shared_limits.py), so every shard and worker of a deployment
+    # shares them. "auto": when the run is one shard of several and talks to a long-lived
+    # Prefect server (PREFECT_API_URL, not this process's temporary server); "on"; "off".
+    shared_limits: Literal["auto", "on", "off"] = "auto"

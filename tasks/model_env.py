@@ -1,8 +1,9 @@
-"""What a model entry reads from the environment at call time, and the embedded local model.
+"""The pre-flight check of the keys model entries name, and the embedded local model.
 
-Keys are never stored: ``api_key_for`` reads the variable an entry names (or CARRYON_API_KEY,
-the key of every entry) when a call is made; ``check_secrets`` fails before any work when a
-named variable is unset, or a provider's own variable is (tasks/model_keys.py).
+Keys are never stored: ``api_key_for`` (tasks/model_entry.py) reads the variable an entry
+names (or CARRYON_API_KEY, the key of every entry) when a call is made; ``check_secrets``
+fails before any work when a named variable is unset, or a provider's own variable is
+(tasks/model_keys.py).
 """
 
 from __future__ import annotations
@@ -18,15 +19,6 @@ LOCAL_MODEL_PREFIX = "openai/local-"
 
 def is_smoke_model(model: str | None) -> bool:
     return bool(model) and str(model).startswith(LOCAL_MODEL_PREFIX)
-
-
-def api_key_for(spec) -> str | None:
-    """The API key of a model entry, read from the environment at call time.
-
-    CARRYON_API_KEY, when set, is the key of every entry (one switch for one server)."""
-    if os.environ.get("CARRYON_API_KEY"):
-        return os.environ["CARRYON_API_KEY"]
-    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
 
 
 def check_secrets(cfg, roles: list[str]) -> None:

@@ -8,8 +8,10 @@ warehouse/ and prompts/. ``pkg/__init__.py`` is the module ``pkg``. The edges:
   on ``a.b`` (a name defined in, or re-exported by, ``a/b.py`` or ``a/b/__init__.py``).
 - Relative imports are resolved against the importing module's package, then as above.
 - Imports at any depth count, function-local ones included: an import moved into a function
-  to dodge a cycle is still a cycle in the design. Only the body of ``if TYPE_CHECKING:``
-  (annotations only, never executed) is not an edge.
+  to dodge a cycle is still a cycle in the design. The body of ``if TYPE_CHECKING:``
+  (annotations only, never executed) is not an edge for the cycle check (an annotation cannot
+  make an import fail); the floor rules below count it (``type_only=True``): an annotation
+  that names a module above is still an arrow up in the design.
 
 The rule for packages: importing ``pkg.sub`` also executes ``pkg/__init__.py``, but that
 implicit parent import is not an edge. ``pkg/__init__`` runs before ``pkg.sub``, and a
@@ -51,15 +53,16 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node at any depth, skipping ``if TYPE_CHECKING:`` bodies."""
+def _imports(tree: ast.AST, type_only: bool = False):
+    """Every Import/ImportFrom node at any depth; ``if TYPE_CHECKING:`` bodies only with
+    ``type_only``."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
             continue
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -75,10 +78,10 @@ def _longest_module(name: str, modules) -> str | None:
     return None
 
 
-def _edges(name: str, path: Path, modules) -> set[str]:
+def _edges(name: str, path: Path, modules, type_only: bool = False) -> set[str]:
     is_pkg = path.name == "__init__.py"
     deps = set()
-    for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+    for node in _imports(ast.parse(path.read_text(), filename=str(path)), type_only):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -99,9 +102,9 @@ def _edges(name: str, path: Path, modules) -> set[str]:
     return deps
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     modules = _project_modules()
-    return {name: _edges(name, path, modules) for name, path in modules.items()}
+    return {name: _edges(name, path, modules, type_only) for name, path in modules.items()}
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -163,6 +166,8 @@ def test_edge_rules(tmp_path):
         "def f():\n"
         "    from .. import d\n")  # function-local and relative, from p.q.x
     assert _edges("p.q.x", src, modules) == {"p.a", "p.b", "p", "other", "p.d"}
+    assert _edges("p.q.x", src, modules, type_only=True) == {"p.a", "p.b", "p", "other", "p.d",
+                                                             "p.c"}
     src.write_text("from . import x\nfrom .x import y\n")  # as p/q.py: "." is p, no p.x
     assert _edges("p.q", src, modules) == {"p"}
     pkg = tmp_path / "__init__.py"
@@ -191,3 +196,67 @@ def test_the_layers_below_the_benchmarks_import_none():
     upward = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
                     if m.startswith(BELOW_BENCHMARKS) and d.startswith("tasks.benchmarks"))
     assert not upward, "imports of a benchmark from below the benchmarks:\n" + "\n".join(upward)
+
+
+# The gateway's floor (docs/ARCHITECTURE.md, "Layers"): it sits on the ground floor and takes
+# resolved model entries (tasks/model_entry.py: ModelSpec, GatewayConfig, api_key_for), never
+# the config that builds them. What it may reach, through imports at any depth and type-only
+# ones included: itself, the model entry, and tasks/ops/ (process helpers beside the layers:
+# Ctrl-C, parent death, the temporary Prefect server). Everything else is a floor above it
+# (tasks.config, the engine, the components, the stages, the report, the benchmarks, flows/)
+# or one it has no use for (warehouse/: a batch is handed the warehouse, it imports none).
+# Reached, not only imported: an ops helper that imported the config would carry the gateway
+# up with it.
+GATEWAY = "tasks.gateway"
+GATEWAY_STANDS_ON = (GATEWAY, "tasks.model_entry", "tasks.ops")
+
+
+def _under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def arrows_up(graph: dict[str, set[str]], floor: str, stands_on) -> list[str]:
+    """One line per import that leaves what the ``floor`` stands on, from anywhere the floor's
+    modules reach, each with the shortest chain that reaches it (``a -> b -> c``); [] if none."""
+    chain = {m: [m] for m in graph if _under(m, [floor])}
+    queue = sorted(chain)
+    while queue:  # breadth first from every module of the floor at once: shortest chains
+        module = queue.pop(0)
+        for dep in sorted(graph.get(module, ())):
+            if dep not in chain and _under(dep, stands_on):
+                chain[dep] = chain[module] + [dep]
+                queue.append(dep)
+    return sorted(" -> ".join(chain[m] + [dep]) for m in chain for dep in graph.get(m, ())
+                  if not _under(dep, stands_on))
+
+
+def test_the_gateway_imports_nothing_above_it():
+    graph = import_graph(type_only=True)
+    assert any(_under(m, [GATEWAY]) for m in graph)  # the walk found the gateway
+    upward = arrows_up(graph, GATEWAY, GATEWAY_STANDS_ON)
+    assert not upward, ("the gateway reaches modules above its floor (it takes resolved "
+                        "entries from tasks.model_entry):\n" + "\n".join(upward))
+
+
+def test_the_gateway_rule_fails_on_an_arrow_up(tmp_path):
+    """The check above is not vacuous: a made-up gateway module that names the config in an
+    annotation only and the engine inside a function, then a gateway module that reaches the
+    engine through a helper beside the layers."""
+    modules = {*_project_modules(), "tasks.gateway.made_up"}
+    src = tmp_path / "made_up.py"
+    src.write_text("from typing import TYPE_CHECKING\n"
+                   "if TYPE_CHECKING:\n"
+                   "    from tasks.config import ModelSpec\n"
+                   "def f():\n"
+                   "    from tasks.engine import registry\n")
+    graph = import_graph(type_only=True)
+    graph["tasks.gateway.made_up"] = _edges("tasks.gateway.made_up", src, modules, type_only=True)
+    assert arrows_up(graph, GATEWAY, GATEWAY_STANDS_ON) == [
+        "tasks.gateway.made_up -> tasks.config",
+        "tasks.gateway.made_up -> tasks.engine.registry"]
+
+    graph = import_graph(type_only=True)
+    graph["tasks.ops.made_up"] = {"tasks.engine.registry"}
+    graph["tasks.gateway.client"] = graph["tasks.gateway.client"] | {"tasks.ops.made_up"}
+    assert arrows_up(graph, GATEWAY, GATEWAY_STANDS_ON) == [
+        "tasks.gateway.client -> tasks.ops.made_up -> tasks.engine.registry"]

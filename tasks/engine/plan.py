@@ -144,7 +144,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
-    notes += batch_notes(cfg, [r["role"] for r in rows])
+    notes += batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows})
     notes += [cost_note(rows, "prompt caching is not estimated for these prompts "
                               "(cached_usd = cost_usd)."),
               "calls already in the cache are not sent again: a rerun costs only what changed."]

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from tasks.config import ModelSpec
 from tasks.gateway.answers import judge
 from tasks.gateway.batch_wire import batch_route, wire_for
 from tasks.gateway.keys import normalise_api_base
 from tasks.gateway.prices import billed
 from tasks.gateway.result import CallResult
 from tasks.gateway.transport import _cached_tokens
+from tasks.model_entry import ModelSpec
 
 if TYPE_CHECKING:  # annotations only: client.py imports this module (through batching.py)
     from tasks.gateway.client import Gateway

@@ -40,12 +40,9 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tasks.gateway.transport import _litellm
-
-if TYPE_CHECKING:
-    from tasks.config import ModelSpec
+from tasks.model_entry import ModelSpec, api_key_for
 
 # Arguments of a litellm call that are not part of the provider's request body.
 _NOT_BODY = ("api_base", "api_key", "timeout", "max_retries", "num_retries", "extra_headers",
@@ -78,8 +75,6 @@ def _bare(model: str) -> str:
 
 
 def _key(spec: ModelSpec, default_env: str) -> str | None:
-    from tasks.config import api_key_for
-
     return api_key_for(spec) or os.environ.get(default_env)
 
 
@@ -166,8 +161,6 @@ class OpenAIWire:
 
     @staticmethod
     def _creds(spec: ModelSpec) -> dict:
-        from tasks.config import api_key_for
-
         # No retries inside the SDK: a failed poll is polled again, a failed submit goes live.
         out = {"custom_llm_provider": _litellm().get_llm_provider(spec.model)[1], "max_retries": 0}
         if spec.api_base:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tasks.config import GatewayConfig, ModelSpec, api_key_for
 from tasks.gateway.answers import fail, judge
 from tasks.gateway.batching import collector_for, progress_line
 from tasks.gateway.cache import ResponseCache
@@ -37,6 +36,7 @@ from tasks.gateway.transport import (  # noqa: F401
 )
 from tasks.gateway.shared_limits import shared_limits_enabled
 from tasks.gateway.workers import WorkerPool, worker_count
+from tasks.model_entry import GatewayConfig, ModelSpec, api_key_for
 from tasks.ops import interrupt
 
 log = logging.getLogger("carryon.gateway")

@@ -16,10 +16,10 @@ import asyncio
 import json
 import time
 
-from tasks.config import ModelSpec, api_key_for
 from tasks.gateway.client import CallResult, Gateway
 from tasks.gateway.keys import cache_key
 from tasks.gateway.transport import _litellm, _retry_after
+from tasks.model_entry import ModelSpec, api_key_for
 from tasks.ops import interrupt
 
 EMBEDDING_FORMAT = "embedding-v1"

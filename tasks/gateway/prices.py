@@ -24,9 +24,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.config import ModelSpec
 from tasks.gateway.batch_wire import batch_route
 from tasks.gateway.transport import _litellm
+from tasks.model_entry import ModelSpec
 
 DEFAULT_BATCH_DISCOUNT = 0.5
 
@@ -168,13 +168,15 @@ def plan_row(role: str, specs: list[ModelSpec], calls: int, in_tokens: int, out_
             "cost_usd": total["live"], "batch_usd": total["batch"], "cached_usd": total["cached"]}
 
 
-def batch_notes(cfg, roles) -> list[str]:
+def batch_notes(specs: dict[str, list[ModelSpec]]) -> list[str]:
     """The plan's lines on batch mode: which models have no batch path in this version (priced
-    live in ``batch_usd``), and which of them say ``batch: true`` yet are called live, and why."""
+    live in ``batch_usd``), and which of them say ``batch: true`` yet are called live, and why.
+    ``specs`` maps each role of the plan to its resolved entries (the plan resolves them from
+    the config: the gateway takes entries, never the config)."""
     no_path: dict[str, list[str]] = {}
     fallback: list[str] = []
-    for role in roles:
-        for s in cfg.role_specs(role):
+    for role, entries in specs.items():
+        for s in entries:
             route, why = batch_route(s.model)
             if route:
                 continue

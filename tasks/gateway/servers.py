@@ -5,8 +5,8 @@ had answered badly)."""
 
 from __future__ import annotations
 
-from tasks.config import ModelSpec
 from tasks.gateway.keys import normalise_api_base
+from tasks.model_entry import ModelSpec
 
 
 class ServerUnavailable(Exception):

@@ -199,7 +199,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                   "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
                                                 if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
-        *batch_notes(cfg, [r["role"] for r in rows]),
+        *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):
