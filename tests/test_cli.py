@@ -159,3 +159,15 @@ def test_server_why_prints_a_failed_runs_one_line_reason(prefect_harness):
                          "api_error: connection refused (2 times)"), line
     r = CliRunner().invoke(app, ["server", "why"])
     assert r.exit_code == 0 and r.output.strip() == line
+
+
+def test_an_older_stage_name_selects_its_stage():
+    # CarryOnBench's judging was its own stage `judge` before it moved onto the verdicts
+    # stage: commands and deployments written with the old name select verdicts.
+    from tasks.bench import load_spec
+    from tasks.engine.run import parse_stages
+
+    spec = load_spec("carryon")
+    assert parse_stages("judge,report", spec.stages, spec.renamed_stages) == ["verdicts", "report"]
+    assert parse_stages("episodes,verdicts", spec.stages, spec.renamed_stages) == [
+        "episodes", "verdicts"]

@@ -310,7 +310,7 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
 @pytest.mark.e2e
 def test_two_workers_two_shards_merge_equals_single_run(prefect_up, llm_api, tmp_path):
     home, api_url = prefect_up["home"], prefect_up["api_url"]
-    stages = "checklists,episodes,judge"  # report per shard is partial; run it on the merge
+    stages = "checklists,episodes,verdicts"  # report per shard is partial; run it on the merge
     # Two sample queries, one per shard (query ids 7b3d… and 48ba… are even and odd).
     config = _write_config(tmp_path / "config.yaml", llm_api, tmp_path / "config-home")
     # Two workers standing for two machines: each has its own CARRYON_HOME (own warehouse

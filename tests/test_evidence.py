@@ -3,7 +3,6 @@ hand-made responses, and the Ben-Util re-ask that says what was wrong with the q
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest

@@ -37,7 +37,7 @@ from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-STAGES = "checklists,episodes,judge"  # the report adds no calls and no rows worth checking here
+STAGES = "checklists,episodes,verdicts"  # the report adds no calls and no rows worth checking here
 
 
 # ----------------------------------------------------------------------------- helpers

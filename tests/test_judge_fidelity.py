@@ -5,8 +5,6 @@ and the plan's warning about thinking budgets."""
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
 import json
 import re
 
@@ -20,7 +18,7 @@ from tasks.judges.prompts import (
 from tasks.benchmarks.carryon.report import judging as rj
 from tests.factories import carryon_item, carryon_rows
 from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
-    AB, NOW, Q, QUERY, R1, _conv, _turns, base_models, item_of, keyword_judge, make_ctx, response_of,
+    AB, QUERY, _conv, _turns, base_models, item_of, keyword_judge, make_ctx,
     run_all, seed,
 )
 

@@ -7,7 +7,6 @@ verdict stored is exactly what a valid answer says, or null with the reason.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import datetime as dt
 import json

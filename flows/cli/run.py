@@ -40,7 +40,7 @@ def run(config: str = ConfigOpt,
 
     try:  # validate before Prefect starts (its server costs seconds)
         cfg = load_config(config)
-        selected = parse_stages(stages, cfg.spec.stages)
+        selected = parse_stages(stages, cfg.spec.stages, cfg.spec.renamed_stages)
         preflight(cfg, selected, limit)
     except (ConfigError, JudgeError) as e:
         _fail(str(e))

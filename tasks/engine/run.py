@@ -81,12 +81,16 @@ def get_run(run_id: str) -> RunContext:
         raise RuntimeError(f"run {run_id} is not open in this process") from None
 
 
-def parse_stages(stages: str | list[str] | None, known: list[str]) -> list[str]:
-    """The selected stages in pipeline order; ``known`` = the benchmark's stages."""
+def parse_stages(stages: str | list[str] | None, known: list[str],
+                 renamed: dict[str, str] | None = None) -> list[str]:
+    """The selected stages in pipeline order; ``known`` = the benchmark's stages, ``renamed``
+    its older stage names (the spec's ``renamed_stages``: what a command written before a
+    stage was renamed selects)."""
     known = list(known)
     if stages in (None, "", "all"):
         return known
     names = [s.strip() for s in (stages.split(",") if isinstance(stages, str) else stages) if s.strip()]
+    names = [(renamed or {}).get(s, s) for s in names]
     unknown = [s for s in names if s not in known]
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown}; choose from {', '.join(known)}")
@@ -221,7 +225,7 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
              shard_count: int = 1, check: bool = True) -> RunContext:
     """Validate everything, then record the run. Raises ConfigError before writing anything."""
     cfg = load_config(config_path)
-    selected = parse_stages(stages, cfg.spec.stages)
+    selected = parse_stages(stages, cfg.spec.stages, cfg.spec.renamed_stages)
     if limit is not None and limit <= 0:
         raise ConfigError("--limit must be a positive number of queries")
     if shard_count < 1 or not 0 <= shard_index < shard_count:

@@ -150,6 +150,8 @@ class BenchmarkSpec(_Strict):
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
     sample_keys: SampleKeysSpec | None = None  # unset: sampled calls keyed by transcript
+    # Older names of its stages that `--stages` still accepts (old name -> stage).
+    renamed_stages: dict[str, str] = Field(default_factory=dict)
     # How the verdicts stage names its sets and keys a sampled judge's calls
     # (tasks/engine/verdicts.py): the engine's recipe, or the one CarryOnBench's judgment sets
     # have used since its first release (its older homes rerun with 0 requests).
@@ -225,6 +227,11 @@ class BenchmarkSpec(_Strict):
                              f"{self.stages} runs judges (the engine's is verdicts)")
         for o in objs:
             o.check(self)
+        for old, new in self.renamed_stages.items():
+            if new not in self.stages or old in self.stages:
+                raise ValueError(f"renamed_stages: {old}: {new!r} is not one of the stages "
+                                 f"{self.stages}" if new not in self.stages
+                                 else f"renamed_stages: {old} is a stage's name still")
         # A report section that reads what only some specs give (CarryOnBench's paper layout:
         # its three conditions, a Ben-Util and a safety set) checks the spec too.
         for name in self.report:

@@ -42,6 +42,7 @@ from tasks.judges.base import (  # noqa: F401 (verdict_sample_key: re-export)
 from tasks.judges.protocol import judgment_sample_key, keep_first, run_calls, set_hash
 from tasks.judges.votes import pairwise_agreement
 
+
 def spec_judges(cfg) -> tuple[list, list[str]]:
     """The spec's judges that run, each with its model (None: a judge that needs none) or its
     list of models when several vote, and the names skipped."""
