@@ -1,4 +1,4 @@
-"""Every prompt is a Jinja2 template in this folder; ``render`` is the only way to use one.
+"""Every prompt is a Jinja2 template, found by name; ``render`` is the only way to use one.
 
 Templates are rendered with StrictUndefined, so a missing variable is an error rather than an
 empty string in a prompt. ``template_version`` hashes template sources: judgment sets record
@@ -14,12 +14,12 @@ or pass itself off as another turn; the template says that a fenced block is dat
 Where a template lives, and its name (docs/ARCHITECTURE.md, "Prompt templates"):
 
 - shared templates are here, one folder per kind of component that renders them
-  (``judges/``, ``users/``; ``_data_rule.j2`` is a piece every kind includes); a shared
+  (``judges/``, ``users/``; ``_data_rule.j2`` is a sentence all kinds include); a shared
   template's name is its path here: ``judges/benutil.j2``;
 - a built-in benchmark's own templates are in ``prompts/`` beside its spec, mounted under the
   benchmark's name by its package (``mount``): ``eyt/final.j2`` is
   ``tasks/benchmarks/eyt/prompts/final.j2``;
-- while a run, a plan or a report of a benchmark is under way (``benchmark_prompts``), the
+- while a benchmark runs or plans (``benchmark_prompts``: every stage of a run, the plan), the
   ``prompts/`` folder beside its spec is searched first, for every name: a benchmark kept
   outside the project ships its own templates there, and a file there named like a shared
   template replaces it for that benchmark only.
