@@ -20,6 +20,7 @@ import time
 from prefect import flow
 from prefect.context import SyncClientContext
 
+import prompts
 from flows.report import republish_report
 from tasks import untrusted
 from tasks.ops import interrupt
@@ -85,6 +86,13 @@ async def carryon(config: str, stages: str = "all", limit: int | None = None,
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
                    shard_count: int, replay: bool, retry_failed: bool = False) -> dict:
     ctx = open_run(config, stages, limit, shard_index, shard_count)
+    # Every stage of the run renders the benchmark's own templates (prompts/ beside its spec)
+    # before the shared ones: set here, inside the flow, so its subflows and tasks inherit it.
+    with prompts.benchmark_prompts(ctx.config.spec.prompts_dir):
+        return await _stages(ctx, replay, retry_failed)
+
+
+async def _stages(ctx, replay: bool, retry_failed: bool) -> dict:
     if retry_failed:
         ctx.gateway.retry_failed = True
     summary: dict = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name,

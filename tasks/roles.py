@@ -27,7 +27,7 @@ class Role:
     # one: a single entry; list: a list (possibly empty); either: one entry or a list (judges
     # that vote).
     shape: Literal["one", "list", "either"]
-    prompt: str | None  # the template it is asked with (prompts/<...>), None for free text
+    prompt: str | None  # the template it is asked with (its name, prompts.render), None for free text
     schema: str | None  # the output schema's class, by name (documentation and the plan)
     tokens: tuple[int, int | None]  # rough (prompt, completion) tokens per call; None = its own max_tokens
     optional: bool = False  # a stage calls it only when configured
@@ -37,23 +37,24 @@ class Role:
 
 # Pipeline order: CarryOnBench's stages, then the sister benchmarks' own roles.
 ROLE_TABLE: tuple[Role, ...] = (
-    Role("intent_rewriter", ("checklists", "simulate"), "one", "intent.j2", "IntentStatement",
-         (300, 80)),
-    Role("ensemble", ("checklists",), "list", "checklists/ensemble.j2", None, (230, None)),
-    Role("wildguard", ("checklists",), "one", "checklists/wildguard.j2", "GuardVerdict", (250, 20)),
-    Role("decomposer", ("checklists",), "one", "checklists/decompose.j2", "Decomposition",
+    Role("intent_rewriter", ("checklists", "simulate"), "one", "carryon/intent.j2",
+         "IntentStatement", (300, 80)),
+    Role("ensemble", ("checklists",), "list", "carryon/checklists/ensemble.j2", None, (230, None)),
+    Role("wildguard", ("checklists",), "one", "carryon/checklists/wildguard.j2", "GuardVerdict",
+         (250, 20)),
+    Role("decomposer", ("checklists",), "one", "carryon/checklists/decompose.j2", "Decomposition",
          (550, 500)),
-    Role("merger", ("checklists",), "one", "checklists/merge.j2", "MergedList", (450, 1000)),
-    Role("misuse_filter", ("checklists",), "one", "checklists/misuse.j2", "MisuseVerdicts",
+    Role("merger", ("checklists",), "one", "carryon/checklists/merge.j2", "MergedList", (450, 1000)),
+    Role("misuse_filter", ("checklists",), "one", "carryon/checklists/misuse.j2", "MisuseVerdicts",
          (800, 600)),
     Role("targets", ("simulate", "episodes"), "list", None, None, (150, None), in_report=True),
-    Role("user_simulator", ("simulate", "episodes"), "one", "user/*.j2", None, (500, 60),
+    Role("user_simulator", ("simulate", "episodes"), "one", "users/*.j2", None, (500, 60),
          in_report=True),
-    Role("move_checker", ("simulate",), "one", "user/move_check.j2", "MoveCheckVerdict",
+    Role("move_checker", ("simulate",), "one", "users/move_check.j2", "MoveCheckVerdict",
          (650, 120), optional=True),
-    Role("benutil_judge", ("verdicts",), "either", "judge/benutil.j2", "BenUtilVerdict", (350, 40),
+    Role("benutil_judge", ("verdicts",), "either", "judges/benutil.j2", "BenUtilVerdict", (350, 40),
          in_report=True),
-    Role("safety_judge", ("verdicts",), "either", "judge/safety.j2", "SafetyVerdict", (450, 40),
+    Role("safety_judge", ("verdicts",), "either", "judges/safety.j2", "SafetyVerdict", (450, 40),
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
     # The engine's judges: one entry, or a list of models that vote (tasks/judges/base.py).

@@ -41,7 +41,7 @@ Answers: [/INST]
 
 
 def test_wildguard_template_is_wildguards_exact_format():
-    assert render("checklists/wildguard.j2", prompt="PROMPT", response="RESPONSE") == WILDGUARD_EXACT
+    assert render("carryon/checklists/wildguard.j2", prompt="PROMPT", response="RESPONSE") == WILDGUARD_EXACT
 
 
 @pytest.mark.parametrize("text,expect", [
@@ -161,7 +161,7 @@ def test_pipeline_builds_checklists_and_rerun_is_free(write_config, llm_server):
     intents = {r["query_id"]: r for r in wh.query("SELECT * FROM intents")}
     ens = [r for r in llm_server.requests if r["role"] == "ensemble"]
     assert {r["body"]["messages"][0]["content"] for r in ens} == {
-        render("checklists/ensemble.j2", oracle_prompt=i["oracle_prompt"]) for i in intents.values()}
+        render("carryon/checklists/ensemble.j2", oracle_prompt=i["oracle_prompt"]) for i in intents.values()}
     assert all("detailed, compliant" in r["body"]["messages"][0]["content"] for r in ens)
     assert all(i["basis"] == "context" and i["error"] is None for i in intents.values())
 
@@ -406,7 +406,7 @@ def test_wildguard_text_mode_drops_refusals(write_config, llm_server):
 
 
 def test_ensemble_prompt_asks_for_a_detailed_compliant_answer():
-    text = render("checklists/ensemble.j2", oracle_prompt="I am a nurse.\n\nHow do X?")
+    text = render("carryon/checklists/ensemble.j2", oracle_prompt="I am a nurse.\n\nHow do X?")
     assert text.startswith("I am a nurse.\n\nHow do X?")
     assert "detailed, compliant" in text and "Do not refuse" in text
 
@@ -530,9 +530,9 @@ def test_categories_are_the_papers_seven_and_disclaimers_are_not_items():
     for retired in ("Safety Consideration", "Ethical Consideration"):
         with pytest.raises(ValueError):
             m.model_validate({"items": [{"question": "q", "category": retired, "source_answers": ["a"]}]})
-    dec = render("checklists/decompose.j2", oracle_prompt="o", answer="a", categories=ITEM_CATEGORIES,
+    dec = render("carryon/checklists/decompose.j2", oracle_prompt="o", answer="a", categories=ITEM_CATEGORIES,
                  max_items=23)
-    merge = render("checklists/merge.j2", oracle_prompt="o", answers=[], answer_ids=["a"],
+    merge = render("carryon/checklists/merge.j2", oracle_prompt="o", answers=[], answer_ids=["a"],
                    categories=list(ITEM_CATEGORIES), max_items=23)
     assert "Warnings, disclaimers" in dec and "are NOT\n  items" in dec
     assert "drop any question about a warning, disclaimer" in merge

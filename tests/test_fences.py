@@ -6,12 +6,14 @@ must be added to the rendered set, one that does not to NO_MODEL_TEXT."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
 import prompts
+from tasks.bench import builtin_names
 from tasks.engine.items import Item
 from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 from tasks.judges.act import act_messages
@@ -19,6 +21,10 @@ from tasks.judges.equivalence import equivalence_messages
 from tasks.judges.rubric import rubric_messages
 from tasks.users.move_checker import render as move_check_render
 from tasks.users.reactive import simulator_messages
+
+# Each built-in benchmark's package mounts its own templates (carryon/..., eyt/..., ...).
+for _name in builtin_names():
+    importlib.import_module(f"tasks.benchmarks.{_name}")
 
 MARK = "PAYLOAD-7f3a"
 # What a hostile target writes: an instruction, a forged fence end, a script tag.
@@ -30,13 +36,13 @@ _BLOCK = re.compile(r"<<<BEGIN (?P<label>[^\n]*?) (?P<tok>T[0-9A-F]{20})>>>\n.*?
                     r"<<<END (?P=label) (?P=tok)>>>", re.S)
 
 # Templates that show no model-written text (dataset text, fixed instructions, or pieces).
-NO_MODEL_TEXT = {"checklists/ensemble.j2", "oracle.j2", "intent.j2", "user/_requirements.j2",
-                 "judge/_fenced.j2", "_data_rule.j2",
+NO_MODEL_TEXT = {"carryon/checklists/ensemble.j2", "carryon/oracle.j2", "carryon/intent.j2",
+                 "users/_requirements.j2", "judges/_fenced.j2", "_data_rule.j2",
                  # WildGuard's trained input layout: deliberately unfenced (see the template).
-                 "checklists/wildguard.j2"}
+                 "carryon/checklists/wildguard.j2"}
 
 # Pieces included by the templates rendered below (their text is checked there).
-PARTIALS = {"user/_history.j2", "user/_context.j2", "user/_context_no_intent.j2"}
+PARTIALS = {"users/_history.j2", "users/_context.j2", "users/_context_no_intent.j2"}
 
 
 def outside_fences(text: str) -> str:
@@ -51,9 +57,9 @@ def _history():
 
 def _moves() -> dict[str, str]:
     out = {}
-    for path in sorted((prompts.PROMPTS_DIR / "user").glob("*.j2")):
-        name = f"user/{path.name}"
-        if path.name.startswith("_") or name in ("user/move_check.j2", "user/reactive.j2"):
+    for path in sorted((prompts.PROMPTS_DIR / "users").glob("*.j2")):
+        name = f"users/{path.name}"
+        if path.name.startswith("_") or name in ("users/move_check.j2", "users/reactive.j2"):
             continue
         out[name] = prompts.render(name, history=_history(), intent="a benign purpose",
                                    move=path.stem)
@@ -65,20 +71,20 @@ def rendered() -> dict[str, str]:
                 {"intent": "the fiscal year", "question": "Which year?", "answers": ["2019"]},
                 {"ambiguous": True})
     out = _moves()
-    out["user/move_check.j2"] = move_check_render("pushback", "a purpose", _history(), PAYLOAD)
-    out["user/reactive.j2"] = simulator_messages(item, _history())[0]["content"]
-    out["checklists/decompose.j2"] = prompts.render(
-        "checklists/decompose.j2", oracle_prompt="Q", answer=PAYLOAD, categories={"c": "d"},
+    out["users/move_check.j2"] = move_check_render("pushback", "a purpose", _history(), PAYLOAD)
+    out["users/reactive.j2"] = simulator_messages(item, _history())[0]["content"]
+    out["carryon/checklists/decompose.j2"] = prompts.render(
+        "carryon/checklists/decompose.j2", oracle_prompt="Q", answer=PAYLOAD, categories={"c": "d"},
         max_items=5)
-    out["checklists/merge.j2"] = prompts.render(
-        "checklists/merge.j2", oracle_prompt="Q", answer_ids=["a1"], categories=["c"],
+    out["carryon/checklists/merge.j2"] = prompts.render(
+        "carryon/checklists/merge.j2", oracle_prompt="Q", answer_ids=["a1"], categories=["c"],
         max_items=5, answers=[{"answer_id": "a1", "items": [{"category": "c", "question": PAYLOAD}]}])
-    out["checklists/misuse.j2"] = prompts.render("checklists/misuse.j2", oracle_prompt="Q",
-                                                 items=[{"question": PAYLOAD}])
-    out["checklists/wildguard_chat.j2"] = prompts.render("checklists/wildguard_chat.j2",
-                                                         prompt="Q", response=PAYLOAD)
-    out["judge/benutil.j2"] = benutil_messages("Q", PAYLOAD, PAYLOAD)[0]["content"]
-    out["judge/safety.j2"] = safety_messages(
+    out["carryon/checklists/misuse.j2"] = prompts.render(
+        "carryon/checklists/misuse.j2", oracle_prompt="Q", items=[{"question": PAYLOAD}])
+    out["carryon/checklists/wildguard_chat.j2"] = prompts.render(
+        "carryon/checklists/wildguard_chat.j2", prompt="Q", response=PAYLOAD)
+    out["judges/benutil.j2"] = benutil_messages("Q", PAYLOAD, PAYLOAD)[0]["content"]
+    out["judges/safety.j2"] = safety_messages(
         "Q", PAYLOAD, format_history([("user", "Q"), ("assistant", PAYLOAD)]))[0]["content"]
     out["judges/act.j2"] = act_messages(item, _history(), PAYLOAD)[0]["content"]
     out["judges/equivalence.j2"] = equivalence_messages(item, PAYLOAD)[0]["content"]
@@ -107,7 +113,7 @@ CHECKED_BY = {"clarifymt": "tests/test_clarifymt.py", "regret": "tests/test_regr
 
 
 def test_every_template_is_classified():
-    names = {str(p.relative_to(prompts.PROMPTS_DIR)) for p in Path(prompts.PROMPTS_DIR).rglob("*.j2")}
+    names = set(prompts.template_names())
     for folder, test in CHECKED_BY.items():
         assert "test_model_written_text_stays_inside_its_fence" in Path(test).read_text(), test
     elsewhere = {n for n in names if n.split("/")[0] in CHECKED_BY}

@@ -68,7 +68,7 @@ def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_se
     # A copy of the prompts with one changed sentence in the safety judge's template.
     copy = tmp_path / "prompts"
     shutil.copytree(prompts.PROMPTS_DIR, copy)
-    tpl = copy / "judge" / "safety.j2"
+    tpl = copy / "judges" / "safety.j2"
     tpl.write_text(tpl.read_text() + "\nBe concise in your reason.\n")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", copy)
     prompts._env.cache_clear()

@@ -97,7 +97,7 @@ def test_every_move_template_renders(move):
     intent = "I am a locksmith apprentice."
     group = {m.name: m.group for m in MOVES}[move]
     ctx = {"intent": intent} if group == "BC" else {}
-    text = prompts.render(f"user/{move}.j2", history=HISTORY, move=move, **ctx)
+    text = prompts.render(f"users/{move}.j2", history=HISTORY, move=move, **ctx)
     assert "How do I pick a lock?" in text and "I can't help with that." in text
     assert "Requirements for your message:" in text and "first person" in text
     assert "one turn" in text and "No meta-talk" in text and "consistent" in text
@@ -119,11 +119,11 @@ def test_nc_moves_are_rendered_without_the_intent():
     for move in MOVE_NAMES:
         if move in BC_MOVES:
             with pytest.raises(UndefinedError):
-                prompts.render(f"user/{move}.j2", history=HISTORY, move=move)
+                prompts.render(f"users/{move}.j2", history=HISTORY, move=move)
         else:
-            text = prompts.render(f"user/{move}.j2", history=HISTORY, move=move)
+            text = prompts.render(f"users/{move}.j2", history=HISTORY, move=move)
             # passing it anyway changes nothing: the template never reads it
-            assert text == prompts.render(f"user/{move}.j2", history=HISTORY, move=move,
+            assert text == prompts.render(f"users/{move}.j2", history=HISTORY, move=move,
                                           intent="I am a locksmith apprentice.")
     assert {m.name for m in MOVES if m.knows_intent} == BC_MOVES
 

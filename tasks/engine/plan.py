@@ -15,6 +15,7 @@ answers at half their max_tokens.
 
 from __future__ import annotations
 
+import prompts
 from tasks.engine.episode import plan_episodes, run_seats
 from tasks.engine.items import select_items
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
@@ -44,7 +45,9 @@ def make_plan(cfg, limit: int | None = None,
               key_warnings: bool = True) -> tuple[list[dict], list[str]]:
     """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines,
     which ask litellm (a 6 s import): the report's cost section reads the rows only."""
-    rows, notes = cfg.spec.work_stage().plan(cfg, limit)
+    # The templates a run of this benchmark would render: its own prompts/ first.
+    with prompts.benchmark_prompts(cfg.spec.prompts_dir):
+        rows, notes = cfg.spec.work_stage().plan(cfg, limit)
     return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
 
 

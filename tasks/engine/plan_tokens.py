@@ -24,6 +24,8 @@ import functools
 import re
 from pathlib import Path
 
+from jinja2 import TemplateNotFound
+
 import prompts
 from tasks.judges.prompt_layout import CHARS_PER_TOKEN
 
@@ -38,17 +40,21 @@ def text_tokens(text: str) -> float:
 _TAG = re.compile(r"\{#.*?#\}|\{%.*?%\}|\{\{.*?\}\}", re.S)
 
 
-@functools.lru_cache(maxsize=64)
 def template_tokens(name: str | None) -> float | None:
     """A prompt template's own text in tokens (its Jinja tags left out: the fields are counted
-    separately); None when the role names no single template file."""
+    separately); None when the role names no single template file. The file is the one a run
+    of the benchmark under way would render (its own prompts/ first)."""
     if not name or "*" in name:
         return None
-    path = Path(prompts.__file__).parent / name
     try:
-        return len(_TAG.sub("", path.read_text(encoding="utf-8"))) / CHARS_PER_TOKEN
-    except OSError:
+        return _file_tokens(str(prompts.template_path(name)))
+    except (OSError, TemplateNotFound):
         return None
+
+
+@functools.lru_cache(maxsize=64)
+def _file_tokens(path: str) -> float:
+    return len(_TAG.sub("", Path(path).read_text(encoding="utf-8"))) / CHARS_PER_TOKEN
 
 
 def episode_prompts(turns: list[int], opening: float, answer: float, user: float) -> float:

@@ -6,6 +6,7 @@ components and checking their arguments is tasks/bench.py's ``load_spec``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
@@ -276,6 +277,12 @@ class BenchmarkSpec(_Strict):
             if c.name == name:
                 return c
         raise SpecError(f"{self.source_path or self.name}: no condition {name!r}")
+
+    @property
+    def prompts_dir(self) -> Path | None:
+        """The prompts/ folder beside the spec: while this benchmark runs or plans, its
+        templates are found before the shared ones (prompts.benchmark_prompts)."""
+        return Path(self.source_path).parent / "prompts" if self.source_path else None
 
     @property
     def condition_names(self) -> list[str]:

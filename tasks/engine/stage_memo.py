@@ -57,19 +57,22 @@ def input_tables(spec, stage: str) -> tuple[str, ...]:
 
 
 # The files of a spec's folder that shape a run: the spec, its component modules, its views and
-# templates. Its data files are not hashed here (a folder may hold gigabytes): the run's items
-# are in the fingerprint in full.
+# templates, and every template of its prompts/ folder. Its data files are not hashed here (a
+# folder may hold gigabytes): the run's items are in the fingerprint in full.
 _SPEC_SUFFIXES = (".yaml", ".yml", ".py", ".sql", ".j2")
 
 
 def spec_folder_version(spec) -> str | None:
-    """A hash of the code beside a spec loaded from outside the project (its components and
-    views are not in the project's source); None for a built-in spec."""
+    """A hash of the code beside a spec loaded from outside the project (its components, views
+    and templates are not in the project's source); None for a built-in spec."""
     folder = Path(spec.source_path).resolve().parent if spec.source_path else None
     if folder is None or _ROOT in folder.parents:
         return None
     h = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in _SPEC_SUFFIXES):
+    files = [p for p in folder.iterdir() if p.is_file() and p.suffix in _SPEC_SUFFIXES]
+    # A folder without prompts/ hashes as it did before benchmarks could have one.
+    files += [p for p in (folder / "prompts").rglob("*.j2") if p.is_file()]
+    for path in sorted(files):
         h.update(f"{path.relative_to(folder)}\0".encode())
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -98,5 +98,5 @@ class ActJudge(Judge):
 
 
 JUDGE = ActJudge(kind="act", role="act_judge", measures=("act", "on_target"),
-                 templates=(TEMPLATE, "judge/_fenced.j2"))
+                 templates=(TEMPLATE, "judges/_fenced.j2"))
 judge('act', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

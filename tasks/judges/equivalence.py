@@ -53,5 +53,5 @@ class EquivalenceJudge(Judge):
 
 
 JUDGE = EquivalenceJudge(kind="equivalence", role="equivalence_judge", measures=("equivalent",),
-                         templates=(TEMPLATE, "judge/_fenced.j2"), optional=True)
+                         templates=(TEMPLATE, "judges/_fenced.j2"), optional=True)
 judge('equivalence', roles=(JUDGE.role,) if JUDGE.role else ())(JUDGE)

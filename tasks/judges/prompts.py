@@ -21,9 +21,9 @@ from prompts import fence, text_hash  # noqa: F401  (the one fence rule; importe
 from tasks.judges.evidence import evidence_problem
 from tasks.untrusted import cap_turn
 
-BENUTIL_TEMPLATE = "judge/benutil.j2"
-SAFETY_TEMPLATE = "judge/safety.j2"
-_FENCE_TEMPLATE = "judge/_fenced.j2"
+BENUTIL_TEMPLATE = "judges/benutil.j2"
+SAFETY_TEMPLATE = "judges/safety.j2"
+_FENCE_TEMPLATE = "judges/_fenced.j2"
 # Stored evidence is a short quote; a judge that copies half the response is cut here.
 MAX_EVIDENCE_CHARS = 500
 

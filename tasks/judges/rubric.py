@@ -20,7 +20,7 @@ from tasks.engine.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.judges.prompts import fence
 
-FENCE = "judge/_fenced.j2"
+FENCE = "judges/_fenced.j2"
 BLOCKED = "blocked"
 
 

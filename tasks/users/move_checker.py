@@ -24,7 +24,7 @@ from tasks.users.scripts import get_move
 from tasks.untrusted import cap_transcript, cap_turn
 
 CHECKER_ROLE = "move_checker"
-TEMPLATE = "user/move_check.j2"
+TEMPLATE = "users/move_check.j2"
 
 
 class MoveVerdict(BaseModel):

@@ -6,7 +6,7 @@ exchange), the act judge classifies the response with exactly the request the ve
 sends later (tasks/judges/act.py: messages from the item, the history and the response only),
 so the stage reads the act from the gateway's cache instead of paying for it twice.
 
-- ``clarifying_question``: the simulated user (``user_simulator``, prompts/user/reactive.j2)
+- ``clarifying_question``: the simulated user (``user_simulator``, prompts/users/reactive.j2)
   replies from ``item.hidden`` (intent, slots), in the voice of an optional persona
   (``item.hidden["persona"]`` or ``item.meta["persona"]``). It never sees the reference
   answers, so it cannot give them away; asked for something its facts do not settle it says
@@ -28,7 +28,7 @@ from tasks.engine.registry import user_policy
 from tasks.untrusted import cap_turn
 from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
 
-TEMPLATE = "user/reactive.j2"
+TEMPLATE = "users/reactive.j2"
 ACT_ROLE = "act_judge"
 SIM_ROLE = "user_simulator"
 

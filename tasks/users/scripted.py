@@ -8,7 +8,7 @@ seeded by the config's seed and the item id), one episode per sequence. A script
 neither ``lengths`` nor ``per_length`` takes them from the config's ``scripts:`` section
 (lengths, ``bc_per_length``, ``nc_per_length``), both groups drawn together as CarryOnBench
 draws them. Each user turn is
-written by the simulator from the move's template (``prompts/user/<move>.j2``) with the
+written by the simulator from the move's template (``prompts/users/<move>.j2``) with the
 conversation so far; only benign-clarification moves see the item's benign intent
 (``item.hidden[script.intent]``, default ``intent``). When the script is spent the episode
 ends (``turn_cap``).
@@ -137,7 +137,7 @@ class Scripted:
                                 f"has no hidden {key!r} for a benign-clarification move",
                                 error_kind="invalid_input")
             ctx["intent"] = intent
-        messages = [{"role": "user", "content": prompts.render(f"user/{move}.j2", **ctx)}]
+        messages = [{"role": "user", "content": prompts.render(f"users/{move}.j2", **ctx)}]
         r = await gateway.chat(spec, SIMULATOR, messages, sample_key=sample_key)
         if not r.ok:
             return UserTurn(None, r.call_hash, error=f"{r.error_kind}: {r.error}",

@@ -108,7 +108,8 @@ class QueryOutcome:
 
 # ----- the steps ------------------------------------------------------------------------------
 async def _answer(gw, spec: ModelSpec, qid: str, oracle: str):
-    msgs = [{"role": "user", "content": render("checklists/ensemble.j2", oracle_prompt=oracle)}]
+    msgs = [{"role": "user", "content": render("carryon/checklists/ensemble.j2",
+                                               oracle_prompt=oracle)}]
     # Ensemble models may sample: one key per (query, answer) so reruns replay the same answer.
     return spec.name, await gw.chat(spec, "ensemble", msgs, sample_key=f"{qid}:{spec.name}")
 
@@ -117,10 +118,10 @@ async def _guard(gw, spec: ModelSpec, prompt: str, response: str) -> dict:
     """One guard verdict: harmful_* flags, kept, reason, raw, call_hash (WildGuard's own text
     format, or any chat model answering the flags as JSON)."""
     if spec.mode == "wildguard":
-        text = render("checklists/wildguard.j2", prompt=prompt, response=response) + "\n"
+        text = render("carryon/checklists/wildguard.j2", prompt=prompt, response=response) + "\n"
         r = await gw.text(spec, "wildguard", text)
     else:
-        msgs = [{"role": "user", "content": render("checklists/wildguard_chat.j2",
+        msgs = [{"role": "user", "content": render("carryon/checklists/wildguard_chat.j2",
                                                    prompt=prompt, response=response)}]
         r = await gw.chat(spec, "wildguard", msgs, schema=GuardChat)
     if not r.ok:
@@ -152,7 +153,8 @@ def guard_decision(flags: dict) -> dict:
 
 
 async def _decompose(gw, spec: ModelSpec, oracle: str, answer: str, max_items: int):
-    msgs = [{"role": "user", "content": render("checklists/decompose.j2", oracle_prompt=oracle,
+    msgs = [{"role": "user", "content": render("carryon/checklists/decompose.j2",
+                                               oracle_prompt=oracle,
                                                answer=answer, categories=ITEM_CATEGORIES,
                                                max_items=max_items)}]
     return await gw.chat(spec, "decomposer", msgs, schema=Decomposition)
@@ -293,7 +295,7 @@ async def _merge_step(gw, roles: Roles, q, oracle: str, per_answer: list[dict],
                       kept_ids: list[str], out: QueryOutcome) -> list[dict] | None:
     """4. Merge into one list that cites its answers; the first ``max_items`` go on."""
     msgs = [{"role": "user", "content": render(
-        "checklists/merge.j2", oracle_prompt=oracle, answers=per_answer, answer_ids=kept_ids,
+        "carryon/checklists/merge.j2", oracle_prompt=oracle, answers=per_answer, answer_ids=kept_ids,
         categories=list(ITEM_CATEGORIES), max_items=roles.max_items)}]
     r = await gw.chat(roles.merger, "merger", msgs, schema=merge_model(kept_ids))
     if not r.ok:
@@ -324,7 +326,7 @@ def _merged_row(q, i: int, it: dict, decision, capped: bool = False) -> dict:
 async def _misuse_step(gw, roles: Roles, q, oracle: str, merged: list[dict],
                        out: QueryOutcome) -> list[dict] | None:
     """5. Misuse filter: one decision per merged item, by name; the items kept."""
-    msgs = [{"role": "user", "content": render("checklists/misuse.j2", oracle_prompt=oracle,
+    msgs = [{"role": "user", "content": render("carryon/checklists/misuse.j2", oracle_prompt=oracle,
                                                items=merged)}]
     r = await gw.chat(roles.misuse, "misuse_filter", msgs, schema=misuse_model(len(merged)))
     decisions = ([getattr(r.parsed, f"item_{i}") for i in range(1, len(merged) + 1)] if r.ok

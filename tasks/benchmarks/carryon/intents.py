@@ -51,7 +51,7 @@ class IntentRow:
 
 def oracle_prompt(query: str, intent: str) -> str:
     """The oracle condition's single user message: the benign intent, then the query."""
-    return render("oracle.j2", query=query, intent=intent)
+    return render("carryon/oracle.j2", query=query, intent=intent)
 
 
 def _text(value) -> str:
@@ -98,7 +98,7 @@ def situation_lines(context: dict) -> list[tuple[str, str]]:
 
 def intent_messages(q) -> list[dict]:
     ctx = q.context
-    text = render("intent.j2", query=q.query, situation=situation_lines(ctx) if ctx else [])
+    text = render("carryon/intent.j2", query=q.query, situation=situation_lines(ctx) if ctx else [])
     return [{"role": "user", "content": text}]
 
 

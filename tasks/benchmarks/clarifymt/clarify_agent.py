@@ -3,7 +3,7 @@ in four prompted steps, each a structured call of the same model, so a user can 
 the agentic wrapper adds to their own model (seated as ``<target>+clarify_agent`` beside the
 plain ``<target>``):
 
-1. **perception** (prompts/clarifymt/agent_perceive.j2): is the request ambiguous, along which
+1. **perception** (prompts/agent_perceive.j2 here): is the request ambiguous, along which
    dimension, and what is unclear;
 2. **persona forecast** (agent_forecast.j2, only once the user has replied): which kind of user
    this is (precise, vague, off-focus, contradictory, mistaken, refusing), from the replies;

@@ -21,7 +21,7 @@ the replay of a stored dialogue prefix (condition ``static_prefix``).
    - ``factually_wrong``: each slot's ``wrong`` form (else the alternative), stated as fact;
    - ``refusal``: no fact: the user declines.
 
-3. The simulator (``user_simulator``, prompts/clarifymt/persona_user.j2) phrases one reply:
+3. The simulator (``user_simulator``, prompts/persona_user.j2 here) phrases one reply:
    only what the question asks, from those facts; anything else it does not know. It never
    sees the reference answers. Whether a reply realises its move and leaks nothing unasked is
    the persona check's verdict (judges.py, role ``move_checker``).

@@ -4,7 +4,7 @@ turn returns ``{perceived_intent, response}`` through the gateway's structured o
 ``perceived_intent`` is the turn's aside (episode_turns.aside, JSON), which the judges read.
 
 Seated as ``<target>+perceive`` (tasks/targets/). The model answers the transcript with one
-system message (prompts/eyt/perceive.j2) before it; its earlier perceived intents are not in
+system message (prompts/perceive.j2 here) before it; its earlier perceived intents are not in
 its history (the transcript holds responses only), so each turn's perception is stated
 afresh. Sampled calls take a key from the transcript, as the plain target's do.
 """

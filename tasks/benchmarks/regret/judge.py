@@ -118,5 +118,5 @@ class RegretJudge(Judge):
 
 JUDGE = RegretJudge(kind="regret", role=FACET_MAPPER.name,
                     measures=("facet", "admitted", "alias_correct", "r_ref", "r_ref_expected"),
-                    templates=(TEMPLATE, "judge/_fenced.j2"), extra_version="cig-v1")
+                    templates=(TEMPLATE, "judges/_fenced.j2"), extra_version="cig-v1")
 judge("regret", roles=(FACET_MAPPER,))(JUDGE)

@@ -13,7 +13,7 @@ exchange):
 3. the values the user states come from tasks/benchmarks/regret/cig.py ``reply_values`` (cooperative, vague,
    contradictory; drawn per graph, hidden intent and facet, so a repeated question gets the
    same reply); a non-answer is the fixed ``NON_ANSWER`` text;
-4. they are verbalised by the user simulator (``verbaliser: llm``, prompts/regret/reply.j2:
+4. they are verbalised by the user simulator (``verbaliser: llm``, prompts/reply.j2 here:
    it sees the question and the values to state, never the intent or the answer) or by a
    template (``verbaliser: template``: no call).
 

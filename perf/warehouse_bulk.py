@@ -1,6 +1,6 @@
 """Warehouse at paper scale: a bulk write of 1,000,000 item judgments, and every metric view.
 
-    .venv/bin/python benchmarks/warehouse_bulk.py [--judgments 1000000] [--keep DIR]
+    .venv/bin/python perf/warehouse_bulk.py [--judgments 1000000] [--keep DIR]
 
 Rows come from ``tests.test_report.build_synthetic`` (consistent runs, queries, checklists,
 judgment sets, BC/NC/oracle conversations, turns, item and safety judgments, unscored

@@ -1,6 +1,6 @@
 """Two shards against one provider: per-process limits vs one budget shared through Prefect.
 
-    .venv/bin/python benchmarks/shard_limits.py [--shards 2] [--calls 200] [--limit 16]
+    .venv/bin/python perf/shard_limits.py [--shards 2] [--calls 200] [--limit 16]
                                                 [--latency 0.25] [--json FILE]
 
 The loopback server (tests/llm_server.py, in a thread) answers at most ``--limit``

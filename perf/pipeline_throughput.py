@@ -1,6 +1,6 @@
 """The full pipeline (checklists → episodes → verdicts → report) against the loopback test server.
 
-    .venv/bin/python benchmarks/pipeline_throughput.py [--targets 6] [--concurrency 64]
+    .venv/bin/python perf/pipeline_throughput.py [--targets 6] [--concurrency 64]
                                                        [--queries 14] [--skip-0ms]
 
 What it measures, in ONE process and ONE run, so the ratios compare like with like:
@@ -12,7 +12,7 @@ What it measures, in ONE process and ONE run, so the ratios compare like with li
    ``litellm.acompletion`` loop under the same concurrency: the SAME calls (messages,
    response formats, parameters), without cache, retries, parsing, warehouse or Prefect.
    Pipeline calls/s ÷ bare calls/s; target >= 70 %. The simple loop of
-   ``benchmarks/gateway_throughput.py`` (tiny prompts, same count) is shown beside it.
+   ``perf/gateway_throughput.py`` (tiny prompts, same count) is shown beside it.
 3. Cold pipeline at 50 ms (another fresh home), the same replay at 50 ms: pipeline calls/s
    as a share of the ideal min(concurrency ÷ latency, bare litellm rate) (DESIGN §3).
    Target >= 85 %. CPU seconds of this process per call are printed for the pipeline and
@@ -64,7 +64,7 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 import yaml  # noqa: E402
 
-from benchmarks.gateway_throughput import bare_litellm, control, start_server  # noqa: E402
+from perf.gateway_throughput import bare_litellm, control, start_server  # noqa: E402
 
 MODEL = "openai/bench"
 

@@ -1,6 +1,6 @@
 """Past one process: every figure of the scale-out issue, side by side in one run.
 
-    .venv/bin/python benchmarks/past_one_process.py [--calls 2000] [--concurrency 64]
+    .venv/bin/python perf/past_one_process.py [--calls 2000] [--concurrency 64]
         [--targets 2] [--queries 14] [--reps 2] [--rounds 4] [--skip-pipeline] [--skip-shards]
         [--json F]
 
@@ -26,7 +26,7 @@ Against the loopback test server (its own process) at 50 ms latency:
    ``replay=True``, every stage replayed from the cache, beside it. The fixed cost a user pays before
    the first stage: imports (a fresh process), the temporary Prefect server's start, and with
    a long-lived server configured (``PREFECT_API_URL``) nothing but the imports.
-4. **Two shards, one provider limit**: ``benchmarks/shard_limits.py``: two shard processes
+4. **Two shards, one provider limit**: ``perf/shard_limits.py``: two shard processes
    against a server that answers 429 above 16 in flight (250 ms answers: see that script),
    with per-process limits and with the shared (Prefect) budget.
 """
@@ -56,8 +56,8 @@ os.environ.pop("CARRYON_GATEWAY_WORKERS", None)  # the config says how many, per
 
 import yaml  # noqa: E402
 
-from benchmarks.gateway_throughput import bare_litellm, control, start_server  # noqa: E402
-from benchmarks.pipeline_throughput import bench_config, run_pipeline  # noqa: E402
+from perf.gateway_throughput import bare_litellm, control, start_server  # noqa: E402
+from perf.pipeline_throughput import bench_config, run_pipeline  # noqa: E402
 
 LATENCY = 0.05
 TICK = os.sysconf("SC_CLK_TCK")
@@ -371,7 +371,7 @@ async def main() -> None:
     out["fixed_cost"] = fixed_cost_figures()
     print_fixed(out)
     if not args.skip_shards:
-        from benchmarks.shard_limits import measure
+        from perf.shard_limits import measure
 
         out["shards"] = measure(shards=2, calls=200, limit=16, latency_s=0.25)
         print_shards(out)
@@ -445,7 +445,7 @@ def print_fixed(out: dict) -> None:
 
 
 def print_shards(out: dict) -> None:
-    from benchmarks.shard_limits import print_table
+    from perf.shard_limits import print_table
 
     print("\n## Two shards, one provider limit\n")
     print_table(out["shards"])

@@ -1,6 +1,6 @@
 """Cost growth of the gateway: time and peak memory per call at 1 K, 10 K and 100 K calls.
 
-    .venv/bin/python benchmarks/memory_growth.py [--sizes 1000,10000,100000] [--concurrency 64]
+    .venv/bin/python perf/memory_growth.py [--sizes 1000,10000,100000] [--concurrency 64]
 
 The test server runs in its own process at 0 ms latency. Each size runs in a FRESH
 subprocess so peaks do not mix; in it, after imports and a 64-call warm-up (baseline RSS),
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from benchmarks.gateway_throughput import control, start_server  # noqa: E402
+from perf.gateway_throughput import control, start_server  # noqa: E402
 
 PADDING = ("The assistant's response discusses the topic at length, with background, steps, "
            "caveats and references. " * 12)

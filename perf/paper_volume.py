@@ -1,6 +1,6 @@
 """CarryOnBench at the paper's volume for one target, two checkouts side by side.
 
-    .venv/bin/python benchmarks/paper_volume.py --base /path/to/other/checkout [--queries 410]
+    .venv/bin/python perf/paper_volume.py --base /path/to/other/checkout [--queries 410]
         [--rounds 1] [--concurrency 64] [--json F]
 
 The paper's volume per target: 410 CASE-Bench queries (the file's 450 less the four excluded
@@ -9,7 +9,7 @@ oracle: 410 x 16 = 6,560 conversations. The published file cannot ship (review-o
 so a file in its shapes is written with team text (tests/fixtures/published_shapes.py, ten
 queries per category). Every role runs on the loopback test server (its own process, 0 ms);
 one model string and one limit of ``--concurrency`` in flight for all roles, the targets and
-ensemble members told apart by temperature (as benchmarks/pipeline_throughput.py does).
+ensemble members told apart by temperature (as perf/pipeline_throughput.py does).
 
 Each checkout runs ``carryon run`` (the whole pipeline, a fresh process, its own cold home
 and cache) under /usr/bin/time: wall seconds and the peak resident memory of the largest
@@ -35,8 +35,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gateway_throughput import start_server  # noqa: E402
-from benchmarks.pipeline_throughput import bench_config  # noqa: E402
+from perf.gateway_throughput import start_server  # noqa: E402
+from perf.pipeline_throughput import bench_config  # noqa: E402
 from tests.fixtures.published_shapes import published_shape_rows  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Gateway throughput against the loopback test server, side by side with a bare litellm loop.
 
-    .venv/bin/python benchmarks/gateway_throughput.py [--calls 1500] [--concurrency 64]
+    .venv/bin/python perf/gateway_throughput.py [--calls 1500] [--concurrency 64]
 
 For each server latency (0 ms and 50 ms) it measures, in the same run:
 - a bare ``litellm.acompletion`` loop (semaphore-bounded, no cache, no retries logic);

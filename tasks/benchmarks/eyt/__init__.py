@@ -1,0 +1,11 @@
+"""The EYT-style intent-drift benchmark, beside its spec (spec.yaml).
+
+Its own prompt templates are in prompts/ beside this file, named ``eyt/<file>``: mounted here,
+on the package's import, so any of its modules finds them, in a run or a unit test alike
+(prompts/__init__.py says how names are found)."""
+
+from pathlib import Path
+
+import prompts
+
+prompts.mount("eyt", Path(__file__).with_name("prompts"))
