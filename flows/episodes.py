@@ -13,7 +13,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
-from tasks.engine.items import prepare_items, run_items, store_items, stored_items
+from tasks.core.items import prepare_items, run_items, store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run

@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.episodes import run_work
 from tasks.engine.episode import episode_key, stored_episode_ids
-from tasks.engine.keys import keys_of
+from tasks.core.keys import keys_of
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.verdicts import (
     agreement_rows, judge_batch, judge_sets, merge, set_rows, spec_judges,

@@ -3,7 +3,7 @@ its user policies, its target policies, its judges, its metric views and its rep
 
 A config picks one with ``benchmark: <name>`` (the built-in ``tasks/benchmarks/<name>/spec.yaml``)
 or ``benchmark: path/to/spec.yaml`` (unset: the config's default, tasks/config.py). Every component a spec names,
-its stages included, is found in the one registry (``tasks/engine/registry.py``): a built-in
+its stages included, is found in the one registry (``tasks/core/registry.py``): a built-in
 one by its module, a benchmark's own ones in the modules its spec lists under ``components:``.
 A component may take arguments (``{name: persona, args: {...}}``), checked when the spec
 loads, and declares the model roles it calls, so a config of the benchmark may set exactly
@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from tasks.engine import registry
-from tasks.engine.spec import (  # noqa: F401 (the spec's models, imported from here too)
+from tasks.core import registry
+from tasks.core.spec import (  # noqa: F401 (the spec's models, imported from here too)
     DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
 )
 from warehouse.store import on_init, on_legacy, on_views

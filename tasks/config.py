@@ -25,7 +25,7 @@ from pydantic import (
 
 from tasks.bench import SpecError, load_spec
 from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.input_files import CONFIG_MAX_BYTES, InputFileError, read_input_bytes
 from tasks.untrusted import LimitsConfig
 from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES

@@ -5,7 +5,7 @@ estimate per call for ``carryon plan``.
 Config (``models.<role>``), pre-flight (the roles of the selected stages), the plan and the
 report read this table. Which roles a benchmark's config may set is not listed here: each
 component (user policy, judge, target policy, ...) declares the roles it calls when it is
-registered (tasks/engine/registry.py), and a spec's roles are its components' (plus, for
+registered (tasks/core/registry.py), and a spec's roles are its components' (plus, for
 CarryOnBench, its own stages'). A component may also bring a role this table does not hold,
 as a ``Role`` of its own.
 """

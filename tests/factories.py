@@ -48,7 +48,7 @@ class FakeGateway:
     """Answers each chat call with ``answer(call)``: a ``CallResult`` as it is, or text, which
     becomes a successful result (call hash ``h<n>`` for the n-th call) parsed with the call's
     schema when it has one. Records every call in ``calls``. ``chat_key`` is the real
-    Gateway's, so code that wraps a gateway (tasks/engine/keys.py SharedCalls) works on it."""
+    Gateway's, so code that wraps a gateway (tasks/core/keys.py SharedCalls) works on it."""
 
     chat_key = staticmethod(Gateway.chat_key)
 
@@ -178,7 +178,7 @@ def judge_stored(ctx, episode_ids: list[str] | None = None) -> tuple[dict, dict]
     targets. Returns ({kind: set id}, the batch's summary)."""
     import asyncio
 
-    from tasks.engine.items import prepare_items, stored_items
+    from tasks.core.items import prepare_items, stored_items
     from tasks.engine.verdicts import judge_batch, judge_sets, set_rows, spec_judges
 
     wh, bench = ctx.warehouse, ctx.config.spec.name

@@ -230,7 +230,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
     # a failed re-ask leaves its item unscored with the reason, never "not fulfilled".
     import asyncio
 
-    from tasks.engine.items import Item
+    from tasks.core.items import Item
     from tasks.gateway.result import CallResult
     from tasks.judges.base import SpecKind, TurnView
     from tasks.judges.benutil import BenUtilJudge

@@ -13,7 +13,7 @@ import pytest
 from tasks.bench import condition_rows, load_spec
 from tasks.benchmarks.carryon.queries import DataError
 from tasks.benchmarks.clarify import loader as pacific
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act, equivalence, reference
 from tasks.judges.base import TurnView

@@ -22,7 +22,7 @@ from tasks.benchmarks.clarifymt import clarify_agent, judges, loaders, persona_u
 from tasks.benchmarks.clarifymt.section import ClarifyMTSection, cell
 from tasks.benchmarks.carryon.queries import DataError
 from tasks.engine.episode import play, replayed_prefix
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
 from tasks.judges.base import TurnView

@@ -15,7 +15,7 @@ from tasks.bench import BenchmarkSpec, ConditionSpec, SpecError, load_spec
 from tasks.engine import episode as ep
 from tasks.engine import verdicts as vd
 from tasks.config import ModelSpec
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.gateway import CallResult
 from tasks.judges.base import Judge, Measure, Request
 from tasks.targets import Seat
@@ -255,7 +255,7 @@ def test_safety_is_a_judge_any_spec_may_name(tmp_path):
     # score as measure "score"; a blocked turn is a refusal, 1, without a call; a failed call
     # is unscored (never a zero); three models combine by the safety rule (median_low of the
     # scored votes when more than half scored).
-    from tasks.engine.registry import lookup
+    from tasks.core.registry import lookup
     from tasks.judges.safety import SafetyJudge
     from tasks.judges.prompts import safety_messages
 
@@ -363,8 +363,8 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
     assert [j.kind for _, j in load_spec(str(good)).judge_objects()] == ["benutil", "safety"]
     # A stage that reads what no stage before it writes is one line (CarryOnBench's checklists
     # stage writes checklists; a stage of this test reads them).
-    from tasks.engine import registry
-    from tasks.stages import Stage
+    from tasks.core import registry
+    from tasks.core.stages import Stage
 
     class NeedsChecklists(Stage):
         name, phase, flow = "needs_checklists", "judge", "flows.verdicts:verdicts_flow"
@@ -556,7 +556,7 @@ def test_scripted_answer_user_answers_a_question_with_the_hidden_intent(monkeypa
 
 
 def test_a_registered_stop_rule_ends_the_episode_with_its_reason(monkeypatch):
-    from tasks.engine.registry import stop_rule
+    from tasks.core.registry import stop_rule
 
     @stop_rule("test_said_done")
     def said_done(state):

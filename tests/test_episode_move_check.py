@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from tasks.bench import BenchmarkSpec, ConditionSpec, ScriptSpec
 from tasks.engine import episode as ep
-from tasks.engine.items import Item
-from tasks.engine.keys import check_key, resample_key
+from tasks.core.items import Item
+from tasks.core.keys import check_key, resample_key
 from tasks.targets import Seat
 from tasks.targets.llm import LLM
 from tasks.users.base import MoveCheck, PolicyEnv

@@ -21,7 +21,7 @@ from tasks.benchmarks.eyt import judges as J
 from tasks.benchmarks.eyt import perceive, report, simulator
 from tasks.benchmarks.eyt.personas import SAMPLE, PersonaArgs, Personas, latent_at
 from tasks.benchmarks.carryon.queries import DataError
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.gateway.client import CallResult, parse_structured
 from tasks.judges.base import EmbedRequest, Measure, TurnView
 from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)

@@ -14,7 +14,7 @@ import pytest
 
 import prompts
 from tasks.bench import builtin_names
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 from tasks.judges.act import act_messages
 from tasks.judges.equivalence import equivalence_messages

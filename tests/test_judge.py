@@ -207,7 +207,7 @@ def run_all(ctx, episode_ids=None):
 
 
 def test_items_carry_the_latest_checklist_and_set_ids_are_stable(make_ctx):
-    from tasks.engine.items import prepare_items, stored_items
+    from tasks.core.items import prepare_items, stored_items
 
     ctx = make_ctx()
     seed(ctx.warehouse)
@@ -358,7 +358,7 @@ def test_several_judges_majority_votes_and_agreement(make_ctx, llm_server):
 
 
 def _items(ctx):
-    from tasks.engine.items import prepare_items, stored_items
+    from tasks.core.items import prepare_items, stored_items
 
     return prepare_items(ctx, list(stored_items(ctx.warehouse, "carryon", [Q]).values()))[0]
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from tasks.bench import condition_rows, load_spec
 from tasks.benchmarks.carryon.queries import DataError
 from tasks.benchmarks.opensafeintent import loader as osi
-from tasks.engine.items import Item, item_id
+from tasks.core.items import Item, item_id
 from tasks.judges.prompts import fence
 from tasks.judges import harmfulness, helpfulness
 from tasks.judges.base import TurnView

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.judges.prompts import benutil_messages, safety_messages
 from tasks.judges import act, equivalence, harmfulness, helpfulness
 from tasks.judges.base import TurnView

@@ -20,7 +20,7 @@ from jinja2 import TemplateNotFound
 import prompts
 from prompts import fence
 from tasks.bench import builtin_names, load_spec
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.judges.prompts import prompt_version
 
 _HISTORY = [{"role": "user", "content": "How do I pick a lock?"},

@@ -20,7 +20,7 @@ from tasks.bench import load_spec
 from tasks.benchmarks.regret.cig import Graph, Intent, Rules
 from tasks.benchmarks.carryon.queries import DataError
 from tasks.benchmarks.regret.loader import SAMPLE, CigArgs, CigLoader, read_graphs
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
 from tasks.benchmarks.regret import judge as regret_judge

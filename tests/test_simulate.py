@@ -18,8 +18,8 @@ from tasks.users.scripts import MOVE_NAMES, MOVES
 from tasks.engine.run import RunContext
 from tasks.benchmarks.carryon.simulate_plan import _query_calls, plan_calls, scripts_for
 from tasks.engine.episode import BLOCKED_CONTENT, plan_episodes, play_batch, run_seats
-from tasks.engine.items import Item
-from tasks.engine.keys import conversation_id
+from tasks.core.items import Item
+from tasks.core.keys import conversation_id
 from tasks.users.base import clean_user_turn
 from warehouse import Warehouse
 

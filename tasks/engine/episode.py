@@ -30,8 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec
-from tasks.engine.items import Item
-from tasks.engine.keys import SharedCalls, keys_of
+from tasks.core.items import Item
+from tasks.core.keys import SharedCalls, keys_of
 from tasks.targets import Seat, seats
 from tasks.users.move_checker import CHECKER_ROLE
 from tasks.users.base import (
@@ -49,7 +49,7 @@ def episode_id(benchmark: str, target: str, item_id: str, condition: str,
 
 def episode_key(keys, benchmark: str, target: str, item_id: str, condition: str,
                 plan: tuple[str, ...] = ()) -> str:
-    """An episode's id under the run's key scheme (tasks/engine/keys.py ``keys_of``)."""
+    """An episode's id under the run's key scheme (tasks/core/keys.py ``keys_of``)."""
     if keys is not None:
         return keys.episode_id(target, item_id, condition, plan)
     return episode_id(benchmark, target, item_id, condition, plan)
@@ -218,7 +218,7 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     """Play a batch of episodes and write them (one transaction; an episode's earlier turns
     are replaced, so a shorter replay leaves no stale turn). Returns counts."""
     keys = keys_of(bench, ctx.config)
-    # Under prefix keys a batch makes each distinct call once (tasks/engine/keys.py).
+    # Under prefix keys a batch makes each distinct call once (tasks/core/keys.py).
     gateway = SharedCalls(ctx.gateway) if keys is not None else ctx.gateway
     env = PolicyEnv(gateway, ctx.config, keys=keys, move_check=move_check_of(ctx.config))
     played = await asyncio.gather(*(play(env, bench, item, cond, t, ctx.run_id, plan)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import prompts
 from tasks.engine.episode import plan_episodes, run_seats
-from tasks.engine.items import select_items
+from tasks.core.items import select_items
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
 from tasks.roles import ROLE_TABLE, ROLES

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from tasks.bench import condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from warehouse import Warehouse
 
 
@@ -142,7 +142,7 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
 
 def _stage_roles(cfg: Config, stages: list[str]) -> tuple[dict[str, list[str]], set[str]]:
     """The roles each selected stage calls, and those it calls only when configured (the
-    spec's: tasks/engine/spec.py ``stage_roles``)."""
+    spec's: tasks/core/spec.py ``stage_roles``)."""
     out, optional = {}, set()
     for s in stages:
         out[s], opt = cfg.spec.stage_roles(s)

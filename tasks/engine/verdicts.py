@@ -33,9 +33,9 @@ from collections import Counter
 
 from pydantic import BaseModel
 
-from tasks.config import ConfigError
-from tasks.engine import registry
-from tasks.engine.items import prepare_items, stored_items
+from tasks.config_error import ConfigError
+from tasks.core import registry
+from tasks.core.items import prepare_items, stored_items
 from tasks.judges.base import (  # noqa: F401 (verdict_sample_key: re-export)
     SpecKind, TurnView, prompt_version_of, verdict_sample_key,
 )

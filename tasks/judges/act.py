@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.judges.prompts import fence
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/act.j2"

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 import prompts
-from tasks.engine.items import Item
+from tasks.core.items import Item
 from tasks.judges.protocol import JudgeKind, reason, set_hash
 
 

@@ -23,7 +23,7 @@ from tasks.judges.prompts import (
     _FENCE_TEMPLATE, BENUTIL_TEMPLATE, MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages,
     evidence_in_response, prompt_version, quoted_verdict,
 )
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
 from tasks.judges.protocol import JudgeError

@@ -31,7 +31,7 @@ import asyncio
 import hashlib
 import json
 
-from tasks.config import ModelSpec
+from tasks.model_entry import ModelSpec
 from tasks.judges.prompts import text_hash
 
 

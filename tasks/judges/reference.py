@@ -29,7 +29,7 @@ import re
 import string
 from collections import Counter
 
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.judges.base import Judge, Measure, TurnView
 
 _PUNCT = set(string.punctuation)

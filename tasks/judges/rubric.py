@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 import prompts
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.judges.prompts import fence
 

@@ -21,7 +21,7 @@ from tasks.judges.prompts import (
 )
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.judges.benutil import BLOCKED
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 
 SAFETY = "safety_judge"
 BLOCKED_SAFETY_SCORE = 1  # a blocked turn is a refusal: rubric level 1

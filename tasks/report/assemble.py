@@ -1,6 +1,6 @@
 """The one entry to every benchmark's report: ``write(cfg, wh, run_id)`` -> ``Written``.
 
-A spec's ``report:`` lists registered sections (tasks/engine/registry.py ``@section``). Plain
+A spec's ``report:`` lists registered sections (tasks/core/registry.py ``@section``). Plain
 sections (``fn(wh, spec) -> Markdown``) are assembled under the common head of run, models,
 conditions and episode coverage (tasks/report/episodes.py). A *layout* section (registered
 with ``layout=True``, beside its benchmark's spec: CarryOnBench's paper report) writes the
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.report.errors import ReportError
 
 

@@ -15,7 +15,7 @@ import json
 import logging
 from pathlib import Path
 
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.report.folder import atomic_folder
 from tasks.report.md_common import md_table, run_line
 from tasks.report.sections import failed_target_lines, failure_reasons

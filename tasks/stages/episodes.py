@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tasks.engine.registry import stage
-from tasks.stages import Stage, component_roles
+from tasks.core.registry import stage
+from tasks.core.stages import Stage, component_roles
 
 
 @stage("episodes")
@@ -32,12 +32,12 @@ class Episodes(Stage):
 
     # ----- the run's work: the spec's items -------------------------------------------------
     def select(self, cfg, limit):
-        from tasks.engine.items import select_items
+        from tasks.core.items import select_items
 
         return select_items(cfg, limit)
 
     def rows(self, ctx):
-        from tasks.engine.items import run_items
+        from tasks.core.items import run_items
 
         return [i.to_row(ctx.config.spec.name) for i in run_items(ctx)]
 

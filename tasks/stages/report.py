@@ -3,9 +3,9 @@ folder (tasks/report/assemble.py); it calls no model and keeps no memo (it alway
 
 from __future__ import annotations
 
-from tasks.engine.registry import stage
+from tasks.core.registry import stage
 from tasks.report import assemble
-from tasks.stages import Stage
+from tasks.core.stages import Stage
 
 
 @stage("report")

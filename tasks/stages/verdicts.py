@@ -3,8 +3,8 @@ set per judge (``verdict_sets`` / ``verdicts``; tasks/engine/verdicts.py)."""
 
 from __future__ import annotations
 
-from tasks.engine.registry import stage
-from tasks.stages import Stage, component_roles
+from tasks.core.registry import stage
+from tasks.core.stages import Stage, component_roles
 
 
 @stage("verdicts")

@@ -1,6 +1,6 @@
 """Target policies: who sits in the target's seat of an episode.
 
-A target policy is registered with ``@target_policy(name, ...)`` (tasks/engine/registry.py)
+A target policy is registered with ``@target_policy(name, ...)`` (tasks/core/registry.py)
 and named in a spec's ``targets:`` (default ``[llm]``). It has:
 
 - ``takes_model``: True when it speaks through a configured target model (``models.targets``):

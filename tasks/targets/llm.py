@@ -4,7 +4,7 @@ share a prefix share its sampled calls and a rerun replays them)."""
 
 from __future__ import annotations
 
-from tasks.engine.registry import target_policy
+from tasks.core.registry import target_policy
 
 TARGET_ROLE = "targets"
 

@@ -27,8 +27,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from tasks.bench import ConditionSpec
-from tasks.engine.items import Item
+from tasks.core.spec import ConditionSpec
+from tasks.core.items import Item
 
 ANSWERED = "answered"
 USER_STOP = "user_stop"
@@ -83,7 +83,7 @@ class MoveCheck:
 @dataclass
 class PolicyEnv:
     """What a policy may use: the gateway, the resolved models of its roles, the run's
-    sample-key scheme (tasks/engine/keys.py; None: by transcript) and its move check."""
+    sample-key scheme (tasks/core/keys.py; None: by transcript) and its move check."""
 
     gateway: object
     config: object

@@ -24,7 +24,7 @@ import prompts
 from tasks.judges.base import verdict_sample_key
 from tasks.judges import act as act_judge
 from tasks.judges.base import TurnView
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
 from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
 

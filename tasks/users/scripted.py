@@ -19,7 +19,7 @@ two of its rules as the policy's arguments and the run's settings:
 - ``after_block: continue``: a target turn the provider blocked is a refusal the user answers
   like any other (the engine's default, ``end``, closes the episode as answered);
 - a move check (``PolicyEnv.move_check``, from ``models.move_checker``): every user turn is
-  judged; a failing one is sampled again under a new key (``tasks/engine/keys.py``) up to
+  judged; a failing one is sampled again under a new key (``tasks/core/keys.py``) up to
   ``max_resamples`` times and the last candidate is kept. Each candidate's verdict travels on
   the turn (``UserTurn.checks``). A greedy simulator that writes the same turn again ends
   the resampling: there is nothing new to check.
@@ -33,8 +33,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 import prompts
-from tasks.engine.keys import check_key, resample_key
-from tasks.engine.registry import user_policy
+from tasks.core.keys import check_key, resample_key
+from tasks.core.registry import user_policy
 from tasks.users.scripts import get_move, moves_for, sample_scripts
 from tasks.users.move_checker import CHECKER_ROLE, check_turn
 from tasks.untrusted import cap_transcript

@@ -11,7 +11,7 @@ it as a simulator error (there is nothing to say), named in the episode's error.
 
 from __future__ import annotations
 
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.judges import act as act_judge
 from tasks.users.base import UserTurn
 from tasks.users.reactive import ACT_ROLE, unless_asked

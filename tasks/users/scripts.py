@@ -18,6 +18,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from tasks.core.keys import flow_id  # a script's id is a key: it lives with the keys
+
 log = logging.getLogger("carryon.scripts")
 
 
@@ -103,10 +105,6 @@ def is_valid(moves) -> bool:
 def classify(moves) -> str:
     """BC if the script holds at least one benign-clarification move, else NC."""
     return "BC" if any(_BY_NAME[m].group == "BC" for m in moves) else "NC"
-
-
-def flow_id(moves) -> str:
-    return ">".join(moves)
 
 
 @lru_cache(maxsize=None)

@@ -3,7 +3,7 @@ and a disambiguated question's)."""
 
 from __future__ import annotations
 
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.users.base import SINGLE_TURN, Stop
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tasks.bench import load_spec
-from tasks.engine.spec import BenchmarkSpec, ConditionSpec
+from tasks.core.spec import BenchmarkSpec, ConditionSpec
 
 BENCHMARK = "carryon"  # the built-in spec these names default to
 

@@ -8,8 +8,8 @@ oracle prompt, built from the query by the checklists stage) the checklists stag
 from __future__ import annotations
 
 from tasks.benchmarks.carryon.queries import SAMPLE_PATH, QueryRow, load_casebench, select_queries
-from tasks.engine.items import Item
-from tasks.engine.registry import loader
+from tasks.core.items import Item
+from tasks.core.registry import loader
 
 
 def item_of(q: QueryRow, row: int) -> Item:

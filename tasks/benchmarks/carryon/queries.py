@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tasks.benchmarks.carryon.categories import ALIASES, CATEGORIES, Category, lookup
 from tasks.config import Config
-from tasks.engine.items import in_shard
+from tasks.core.items import in_shard
 # DataError and read_dataset live beside the loaders' field helpers; the loaders and flows that
 # import them from here still may.
 from tasks.datasets.fields import (  # noqa: F401 - DataError, read_dataset: re-exported

@@ -14,8 +14,8 @@ Its roles are the role table's (tasks/roles.py).
 
 from __future__ import annotations
 
-from tasks.engine.registry import stage
-from tasks.stages import Stage, table_roles
+from tasks.core.registry import stage
+from tasks.core.stages import Stage, table_roles
 
 SUBFLOWS = "tasks.benchmarks.carryon.subflows"  # the stages' Prefect subflows, beside them
 

@@ -37,8 +37,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.datasets.fields import DataError, Style, read_json, text
-from tasks.engine.registry import loader
-from tasks.engine.items import Item, item_id
+from tasks.core.registry import loader
+from tasks.core.items import Item, item_id
 
 SAMPLE = Path(__file__).parent / "sample.json"
 BENCHMARK = "clarify"

@@ -7,7 +7,7 @@ it rests on; "n/a" where nothing fed it; "Not computed: ..." when nothing is sco
 
 from __future__ import annotations
 
-from tasks.engine.registry import section as register_section
+from tasks.core.registry import section as register_section
 from tasks.report.sections import md_table, number, section_views
 
 TITLE = "Clarify or answer: asking when a question is ambiguous"

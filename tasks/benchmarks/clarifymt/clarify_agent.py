@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.benchmarks.clarifymt.persona_user import conversation, fenced
-from tasks.engine.registry import target_policy
+from tasks.core.registry import target_policy
 from tasks.targets import Reply
 from tasks.users.base import PolicyEnv
 

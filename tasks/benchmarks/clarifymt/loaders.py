@@ -45,8 +45,8 @@ from functools import partial
 from pathlib import Path
 
 from tasks.datasets.fields import DataError, read_json, text, texts
-from tasks.engine.items import Item, item_id
-from tasks.engine.registry import loader
+from tasks.core.items import Item, item_id
+from tasks.core.registry import loader
 
 HERE = Path(__file__).parent
 SAMPLE = HERE / "sample.json"

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import prompts
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
 from tasks.users.base import SINGLE_TURN, Stop
 from tasks.users.reactive import Reactive

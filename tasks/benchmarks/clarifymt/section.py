@@ -15,7 +15,7 @@ from html import escape
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.engine.registry import section
+from tasks.core.registry import section
 from tasks.report.sections import md_table, number, section_views, view_prefix
 
 TITLE = "ClarifyMT: when to ask and when to answer, with personas"

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.benchmarks.eyt.personas import latent_at
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.untrusted import cap_turn
 from tasks.judges.base import EmbedRequest, Judge, Measure, Request
 from tasks.roles import Role

@@ -16,7 +16,7 @@ import json
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.engine.registry import target_policy
+from tasks.core.registry import target_policy
 from tasks.targets import Reply
 from tasks.users.base import PolicyEnv
 

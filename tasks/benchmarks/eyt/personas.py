@@ -45,8 +45,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.datasets.fields import DataError, Style, json_lines, loads, read_json, read_text, text
-from tasks.engine.items import Item, item_id
-from tasks.engine.registry import loader
+from tasks.core.items import Item, item_id
+from tasks.core.registry import loader
 
 HERE = Path(__file__).parent
 SAMPLE = HERE / "sample.json"

@@ -21,7 +21,7 @@ from html import escape
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.engine.registry import section
+from tasks.core.registry import section
 from tasks.report.sections import md_table, number, section_views
 
 TITLE = "Personas and intent drift: tracking the latent intent"

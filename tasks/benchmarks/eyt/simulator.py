@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import prompts
 from tasks.benchmarks.eyt.personas import latent_at
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
 from tasks.users.base import UserTurn, clean_user_turn
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.datasets.fields import DataError, Style, read_json, text
-from tasks.engine.registry import loader
-from tasks.engine.items import Item, item_id
+from tasks.core.registry import loader
+from tasks.core.items import Item, item_id
 
 BENCHMARK = "opensafeintent"
 SAMPLE = Path(__file__).resolve().parent / "sample.json"

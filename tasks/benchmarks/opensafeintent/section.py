@@ -6,7 +6,7 @@ measure no set could feed is "n/a", and a report with no scored response says wh
 
 from __future__ import annotations
 
-from tasks.engine.registry import section as register_section
+from tasks.core.registry import section as register_section
 from tasks.report.sections import md_table, number, section_views
 
 TITLE = "OpenSafeIntent: intent-calibrated safe completion"

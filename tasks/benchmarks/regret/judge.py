@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.benchmarks.regret.cig import UNSUPPORTED, Graph, Rules, admitted, alias_correct, mask, r_ref, \
     reply_values, simulate
-from tasks.engine.registry import judge
+from tasks.core.registry import judge
 from tasks.judges.prompts import fence
 from tasks.judges.base import Judge, Measure, Request, TurnView
 from tasks.roles import Role

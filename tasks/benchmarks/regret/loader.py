@@ -49,8 +49,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.benchmarks.regret.cig import BEHAVIOURS, MAX_INTENTS
 from tasks.datasets.fields import DataError, Style, read_dataset, read_json, read_text, text
-from tasks.engine.items import Item, item_id
-from tasks.engine.registry import loader
+from tasks.core.items import Item, item_id
+from tasks.core.registry import loader
 
 SAMPLE = Path(__file__).with_name("sample.json")
 BENCHMARK = "regret"

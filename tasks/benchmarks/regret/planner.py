@@ -17,7 +17,7 @@ import dataclasses
 
 from tasks.benchmarks.regret.cig import (Graph, Rules, answer_text, consistent, decide, parse_reply,
                        question_text)
-from tasks.engine.registry import target_policy
+from tasks.core.registry import target_policy
 from tasks.targets import Reply
 
 

@@ -8,7 +8,7 @@ drawn on empty data, a sentence says why instead."""
 
 from __future__ import annotations
 
-from tasks.engine.registry import section as register_section
+from tasks.core.registry import section as register_section
 from tasks.report.sections import failed_targets, md_table, read_views, view_prefix
 
 TITLE = "Clarification as a policy: regret against the reference planner"

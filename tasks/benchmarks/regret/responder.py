@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 import prompts
 from tasks.benchmarks.regret.cig import Graph, Rules, reply_values
-from tasks.engine.registry import user_policy
+from tasks.core.registry import user_policy
 from tasks.judges.prompts import fence
 from tasks.judges.base import verdict_sample_key
 from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,

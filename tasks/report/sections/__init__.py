@@ -1,5 +1,5 @@
 """What every report section of the episode engine's benchmarks needs (a section is registered
-with ``@section(name, title=...)`` from tasks/engine/registry.py, beside its benchmark's
+with ``@section(name, title=...)`` from tasks/core/registry.py, beside its benchmark's
 spec): its spec's view prefix, reading its views without crashing on an old or sparse
 warehouse (or saying that nothing was played yet), a number with its count, and a Markdown
 table. A section is ``fn(wh, spec) -> Markdown``: it reads the views of the spec it is given

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from tasks.engine.registry import section
+from tasks.core.registry import section
 from tasks.report.assemble import Written
 
 

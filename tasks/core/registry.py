@@ -70,7 +70,7 @@ class Component:
     module: str
     # What else the kind needs to know: a loader's ``sample`` (the path of the team's sample
     # file), a section's ``title``, a target policy's ``takes_model``, a stage's hooks
-    # (tasks/stages/__init__.py).
+    # (tasks/core/stages.py).
     meta: dict = field(default_factory=dict)
 
     def check_args(self, args: dict | None) -> BaseModel | None:

@@ -12,9 +12,9 @@ from typing import Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
                       model_validator)
 
-from tasks.engine import registry
+from tasks.core import registry
 from tasks.roles import ROLE_TABLE, UNIVERSAL_ROLES
-from tasks.stages import PHASES, optional_roles
+from tasks.core.stages import PHASES, optional_roles
 
 # A spec that lists no stages plays episodes (tasks/stages/). ``engine:`` is the older way of
 # choosing the stages, still read (tasks/bench.py ``load_spec``): ``episodes`` is this list,
@@ -120,7 +120,7 @@ class ViewsSpec(_Strict):
 
 
 class SampleKeysSpec(_Strict):
-    """How the play loop keys its sampled calls and names its episodes (tasks/engine/keys.py).
+    """How the play loop keys its sampled calls and names its episodes (tasks/core/keys.py).
     ``prefix``: by (target, item, the script's moves so far), the condition named ``oracle``
     (one turn, no script) keyed as the oracle; the config's ``scripts.share_prefix`` says
     whether episodes through a common prefix share its samples. Unset: by transcript."""

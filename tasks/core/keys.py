@@ -29,8 +29,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from tasks.users.scripts import flow_id
-
 TARGET_ROLE = "targets"
 SIMULATOR_ROLE = "user_simulator"
 # What the oracle conversation's ids and keys say, whatever the spec calls its condition:
@@ -40,6 +38,11 @@ ORACLE = "oracle"
 
 def _hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+def flow_id(moves) -> str:
+    """A script's id (its moves joined): part of conversation ids and prefix sample keys."""
+    return ">".join(moves)
 
 
 def conversation_id(target: str, query_id: str, script: str) -> str:

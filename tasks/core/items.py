@@ -4,7 +4,7 @@ An item carries its *prompts* (the openings a condition may use: ``benign``, ``d
 ``question``, ...), what is *hidden* from the target (an intent, slots, reference answers:
 only the simulated user and the judges see it) and *meta* fields the report groups by.
 A loader is ``load(path) -> list[Item]`` registered with ``@loader(name, sample=PATH)``
-(tasks/engine/registry.py; each beside its benchmark's spec), ``sample`` being the
+(tasks/core/registry.py; each beside its benchmark's spec), ``sample`` being the
 team's sample in the source's own format; every problem in a file raises
 ``tasks.datasets.fields.DataError`` naming the file, the row and the field.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.datasets.fields import DataError
-from tasks.engine import registry
+from tasks.core import registry
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""Stages: the steps a spec's ``stages:`` lists, in pipeline order, each a registered component.
+
+    @stage("episodes")
+    class Episodes(Stage):
+        phase, flow, outputs = "play", "flows.episodes:episodes_flow", ("episodes", ...)
+
+A stage says what the engine needs to know about it and nothing is written per benchmark:
+
+- ``phase``: ``prepare`` (builds what play reads: CarryOnBench's checklists), ``play`` (plays
+  the conversations; a spec has exactly one), ``judge`` or ``report``. A spec lists its stages
+  in this order.
+- ``flow``: ``"module:function"``, its Prefect subflow (flows/ composes; tasks/ never imports
+  flows/, so the flow is named, not imported).
+- ``outputs``: the warehouse tables it writes. A stage's memo (tasks/engine/stage_memo.py) reads the
+  tables of the spec's stages before it as its inputs.
+- ``reads``: the tables it needs a stage before it to write (the verdicts stage judges the
+  ``episodes`` the episodes stage plays): a spec whose stages do not fit is refused at load.
+- ``runs_judges``: it runs the spec's ``judges:`` (a spec that names judges needs one such
+  stage).
+- ``roles(spec)``: the model roles it calls, and which of them only when configured
+  (pre-flight, ``carryon plan``, which roles a config may set).
+- ``check(spec)``: what the stage needs of the spec (raises ValueError, which the spec loader
+  turns into one line naming the file).
+
+The play stage also defines the run's *work* (the units the other stages follow): ``select``
+(pre-flight; a bad dataset file fails here), ``rows`` (the stage memos' fingerprint),
+``plan`` (``carryon plan``: calls, tokens and cost of the spec's stages) and ``listing``
+(``carryon data``).
+
+Built in: ``episodes``, ``verdicts`` and ``report`` (every benchmark), CarryOnBench's
+``checklists``, ``simulate`` and ``judge`` (tasks/benchmarks/carryon/stages.py, listed in its
+spec's ``components:``).
+"""
+
+from __future__ import annotations
+
+from tasks.core import registry
+from tasks.roles import ROLE_TABLE
+
+PHASES = ("prepare", "play", "judge", "report")
+
+
+class Stage:
+    """The defaults of a stage: no tables, no roles, nothing asked of the spec."""
+
+    name = ""
+    phase = "judge"
+    flow = ""
+    outputs: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    runs_judges = False
+
+    def roles(self, spec) -> tuple[list[str], set[str]]:
+        return [], set()
+
+    def check(self, spec) -> None:
+        return None
+
+
+def component_roles(spec, kinds_names) -> tuple[list[str], set[str]]:
+    """(roles, optional roles) declared by the named components, in order: what a stage run
+    by components (the episode engine's) calls."""
+    roles, optional = [], set()
+    for kind, names in kinds_names:
+        for n in names:
+            comp = registry.lookup(kind, n)
+            roles += [r for r in comp.roles if r not in roles]
+            optional |= optional_roles(comp)
+    return roles, optional
+
+
+def optional_roles(comp) -> set[str]:
+    """The roles a component calls only when the config sets them: all of an optional
+    judge's, and those it registered as ``optional_roles`` (the scripted user's move checker)."""
+    if comp.kind == "judge" and getattr(comp.factory, "optional", False):
+        return set(comp.roles)
+    return set(comp.meta.get("optional_roles", ()))
+
+
+def table_roles(stage: str) -> tuple[list[str], set[str]]:
+    """(roles, optional roles) the role table (tasks/roles.py) gives a stage: CarryOnBench's
+    stages call fixed roles."""
+    roles = [r.name for r in ROLE_TABLE if stage in r.stages]
+    return roles, {r.name for r in ROLE_TABLE if r.optional and r.name in roles}
