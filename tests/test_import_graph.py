@@ -187,7 +187,7 @@ def test_no_import_cycles():
 
 # The layers below the benchmarks (docs/ARCHITECTURE.md): they serve every benchmark and
 # import none, so a benchmark's code is found beside its spec and nowhere else.
-BELOW_BENCHMARKS = ("tasks.engine", "tasks.stages", "tasks.judges", "tasks.users",
+BELOW_BENCHMARKS = ("tasks.core", "tasks.engine", "tasks.stages", "tasks.judges", "tasks.users",
                     "tasks.targets", "tasks.datasets", "tasks.gateway", "warehouse")
 
 
@@ -248,15 +248,121 @@ def test_the_gateway_rule_fails_on_an_arrow_up(tmp_path):
                    "if TYPE_CHECKING:\n"
                    "    from tasks.config import ModelSpec\n"
                    "def f():\n"
-                   "    from tasks.engine import registry\n")
+                   "    from tasks.core import registry\n")
     graph = import_graph(type_only=True)
     graph["tasks.gateway.made_up"] = _edges("tasks.gateway.made_up", src, modules, type_only=True)
     assert arrows_up(graph, GATEWAY, GATEWAY_STANDS_ON) == [
         "tasks.gateway.made_up -> tasks.config",
-        "tasks.gateway.made_up -> tasks.engine.registry"]
+        "tasks.gateway.made_up -> tasks.core.registry"]
 
     graph = import_graph(type_only=True)
-    graph["tasks.ops.made_up"] = {"tasks.engine.registry"}
+    graph["tasks.ops.made_up"] = {"tasks.core.registry"}
     graph["tasks.gateway.client"] = graph["tasks.gateway.client"] | {"tasks.ops.made_up"}
     assert arrows_up(graph, GATEWAY, GATEWAY_STANDS_ON) == [
-        "tasks.gateway.client -> tasks.ops.made_up -> tasks.engine.registry"]
+        "tasks.gateway.client -> tasks.ops.made_up -> tasks.core.registry"]
+
+
+# The floors of the house, bottom to top: docs/ARCHITECTURE.md, "Layers", draws exactly this.
+# A module may import its own floor and the floors below, through imports at any depth,
+# function-local and type-only ones included (``import_graph(type_only=True)``): an import
+# moved into a function or under ``if TYPE_CHECKING:`` still says the module needs what is
+# above it, and the arrow is in the design whether or not it runs at import time. A module
+# belongs to the floor of its longest listed prefix; ``tasks`` and the floors' package roots
+# are exact names, so a new module nobody placed fails ``test_every_module_has_a_floor``.
+# Within a floor any import goes (the cycle test above still applies).
+FLOORS = (
+    # ground: what every part shares and no part owns: the registry, items, the spec's models,
+    # what a stage is, sample keys (tasks/core/); resolved model entries; the errors and
+    # limits every reader of a file or of model text raises or applies; the role table; the
+    # dataset readers; the prompt renderer; and tasks/ops/ (processes and servers), which
+    # imports nothing of the project beyond itself and sits beside the layers in the drawing.
+    ("ground", ("tasks.core", "tasks.model_entry", "tasks.config_error", "tasks.untrusted",
+                "tasks.input_files", "tasks.roles", "tasks.datasets", "prompts", "tasks.ops")),
+    # the only door to models (its own, stricter rule above: no config, no warehouse).
+    ("gateway", ("tasks.gateway",)),
+    ("warehouse", ("warehouse",)),
+    # the built-in components: user and target policies, judges (their protocols among them).
+    ("components", ("tasks.users", "tasks.targets", "tasks.judges")),
+    # the run's config (it builds the resolved model entries) and the spec loader, which
+    # imports a spec's components by name through the registry, never by import.
+    ("config", ("tasks.config", "tasks.bench", "tasks.model_env", "tasks.model_keys")),
+    # the loops and what drives them: play, verdicts, plan, the stage skeleton, the run
+    # context and memos (tasks/engine/), the built-in stages, the report, judge validation.
+    ("loops", ("tasks.engine", "tasks.stages", "tasks.report", "tasks.validation")),
+    ("benchmarks", ("tasks.benchmarks",)),
+    # composition only: the Prefect flows and the command line.
+    ("flows and CLI", ("flows",)),
+)
+# Package roots that hold nothing but the floors: their own __init__ sits on the ground floor.
+ROOTS = ("tasks",)
+# Arrows up that are allowed for now, each with why: none. Add ("from", "to") pairs here only
+# with a comment saying why the import cannot go yet; never widen a floor instead.
+ALLOWED_UP: tuple[tuple[str, str], ...] = ()
+
+
+def floor_of(module: str, floors=FLOORS) -> int | None:
+    """The index in ``floors`` of the floor whose longest prefix holds ``module``."""
+    if module in ROOTS:
+        return 0
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(floors):
+        for prefix in prefixes:
+            if _under(module, [prefix]) and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    return best
+
+
+def arrows_up_floors(graph: dict[str, set[str]], floors=FLOORS, allowed=()) -> list[str]:
+    """One line per import of a module on a higher floor than the importer's, unless allowed."""
+    out = []
+    for module in sorted(graph):
+        here = floor_of(module, floors)
+        for dep in sorted(graph[module]):
+            there = floor_of(dep, floors)
+            if here is not None and there is not None and there > here \
+                    and (module, dep) not in allowed:
+                out.append(f"{module} [{floors[here][0]}] -> {dep} [{floors[there][0]}]")
+    return out
+
+
+def test_every_module_has_a_floor():
+    graph = import_graph(type_only=True)
+    unplaced = sorted(m for m in graph if floor_of(m) is None)
+    assert not unplaced, "modules on no floor (add them to FLOORS):\n" + "\n".join(unplaced)
+
+
+def test_no_import_runs_up_a_floor():
+    graph = import_graph(type_only=True)
+    upward = arrows_up_floors(graph, allowed=ALLOWED_UP)
+    assert not upward, ("imports that run up a floor (docs/ARCHITECTURE.md, Layers): move the "
+                        "code to the floor it belongs on:\n" + "\n".join(upward))
+    stale = [pair for pair in ALLOWED_UP if pair[1] not in graph.get(pair[0], ())]
+    assert not stale, f"ALLOWED_UP names imports that are gone: {stale}"
+
+
+def test_the_floor_rule_fails_on_an_arrow_up(tmp_path):
+    """The floor rule is not vacuous: a made-up graph with one arrow up fails it, however the
+    import is written (a component that needs a loop, in an annotation only), and an
+    allow-list entry is the only thing that lets it pass."""
+    floors = (("ground", ("core",)), ("components", ("comp",)), ("loops", ("loop",)))
+    graph = {"core.registry": set(), "comp.user": {"core.registry"},
+             "loop.play": {"comp.user", "core.registry"}}
+    assert arrows_up_floors(graph, floors) == []
+    graph["comp.user"] = graph["comp.user"] | {"loop.play"}
+    assert arrows_up_floors(graph, floors) == ["comp.user [components] -> loop.play [loops]"]
+    assert arrows_up_floors(graph, floors, allowed={("comp.user", "loop.play")}) == []
+
+    # The same on the project's own graph: a made-up component module whose only import of
+    # the engine's play loop is type-only, and another whose import is function-local.
+    modules = _project_modules()
+    src = tmp_path / "made_up.py"
+    src.write_text("from typing import TYPE_CHECKING\n"
+                   "if TYPE_CHECKING:\n"
+                   "    from tasks.engine.episode import Played\n"
+                   "def f():\n"
+                   "    from tasks.benchmarks.carryon import stages\n")
+    graph = import_graph(type_only=True)
+    graph["tasks.users.made_up"] = _edges("tasks.users.made_up", src, modules, type_only=True)
+    assert arrows_up_floors(graph) == [
+        "tasks.users.made_up [components] -> tasks.benchmarks.carryon.stages [benchmarks]",
+        "tasks.users.made_up [components] -> tasks.engine.episode [loops]"]
