@@ -340,6 +340,35 @@ def test_no_import_runs_up_a_floor():
     assert not stale, f"ALLOWED_UP names imports that are gone: {stale}"
 
 
+# The loops and the config reach the components a spec names through the registry (by name,
+# from the spec), never by importing them. What they may import of the components floor is
+# the protocols and shared helpers every component of a kind follows; each entry says why.
+# A loop that imported a component itself (tasks.judges.benutil, tasks.users.scripted) would
+# make the engine know a benchmark's parts; add a protocol here, never a component.
+COMPONENT_PROTOCOLS = {
+    "tasks.targets": "the target seat every target policy fills (Seat, seats)",
+    "tasks.users.base": "the user policy protocol (PolicyEnv, EpisodeState, UserTurn, Stop)",
+    "tasks.users.move_checker": "CHECKER_ROLE: the move checker's role name, which the play "
+                                "loop resolves to a model (the check itself is the user's)",
+    "tasks.judges.protocol": "the one judge protocol (JudgeKind) and its call loop run_calls",
+    "tasks.judges.base": "the engine judges' SpecKind, TurnView and sample keys",
+    "tasks.judges.votes": "a judge panel's agreement, which the verdicts loop reports",
+    "tasks.judges.prompt_layout": "CHARS_PER_TOKEN: the plan's token estimate of a prompt",
+}
+
+
+def test_the_loops_reach_components_only_through_the_registry():
+    graph = import_graph(type_only=True)
+    components = next(i for i, (name, _) in enumerate(FLOORS) if name == "components")
+    direct = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                    if (floor_of(m) or 0) > components and _under(m, ["tasks"])
+                    and not _under(m, ["tasks.benchmarks"]) and floor_of(d) == components
+                    and d not in COMPONENT_PROTOCOLS)
+    assert not direct, ("the loops import a component instead of finding it in the registry:\n"
+                        + "\n".join(direct))
+    unused = sorted(set(COMPONENT_PROTOCOLS) - {d for deps in graph.values() for d in deps})
+    assert not unused, f"COMPONENT_PROTOCOLS names modules nothing imports: {unused}"
+
 def test_the_floor_rule_fails_on_an_arrow_up(tmp_path):
     """The floor rule is not vacuous: a made-up graph with one arrow up fails it, however the
     import is written (a component that needs a loop, in an annotation only), and an
