@@ -369,6 +369,7 @@ def test_the_loops_reach_components_only_through_the_registry():
     unused = sorted(set(COMPONENT_PROTOCOLS) - {d for deps in graph.values() for d in deps})
     assert not unused, f"COMPONENT_PROTOCOLS names modules nothing imports: {unused}"
 
+
 def test_the_floor_rule_fails_on_an_arrow_up(tmp_path):
     """The floor rule is not vacuous: a made-up graph with one arrow up fails it, however the
     import is written (a component that needs a loop, in an annotation only), and an
