@@ -3,11 +3,16 @@
 --
 -- E1. Of each (benchmark, judge kind), the most recently created verdict set is the one the
 --     metrics read (another judge or template makes a new set; the old one stays queryable).
+--     A set whose id hashes the versions of the items it judged (item_version set: Ben-Util
+--     against versioned checklists, CarryOnBench's) differs per shard and per checklist, so
+--     it is chosen per item, not per benchmark: the views of its benchmark choose it
+--     (CarryOnBench's R1), and these generic views leave it out.
 -- E2. Only completed episodes are scored; the others are counted in episode_coverage.
 -- E3. An unscored verdict (value NULL) is left out of every mean, never counted as zero.
 
 CREATE OR REPLACE VIEW selected_verdict_sets AS
 SELECT * FROM verdict_sets
+WHERE item_version IS NULL
 QUALIFY row_number() OVER (PARTITION BY benchmark, kind
                            ORDER BY created DESC, judgment_set_id DESC) = 1;
 
