@@ -417,10 +417,13 @@ def test_episodes_flow_plays_checklisted_queries_and_reruns(prefect_harness, wri
     assert sorted((c["condition"], c["length"]) for c in convs if c["condition"] != "oracle") == \
         sorted([("BC", n) for n in (4, 6, 8, 10, 12)] * 4 + [("NC", n) for n in (4, 6, 8, 10, 12)] * 2)
     assert all(c["n_turns"] == c["length"] for c in convs)
-    # The items carry what the checklists stage built: the oracle prompt and the intent.
+    # The items carry what the checklists stage built: the oracle prompt, the intent, and the
+    # current checklist with its version (what the verdicts stage's Ben-Util reads).
     item = ctx.warehouse.query("SELECT prompts, hidden FROM bench_items WHERE benchmark = 'carryon'")[0]
     assert set(json.loads(item["prompts"])) == {"query", "oracle"}
-    assert set(json.loads(item["hidden"])) == {"intent"}
+    hidden = json.loads(item["hidden"])
+    assert set(hidden) == {"intent", "checklist", "checklist_version"}
+    assert hidden["checklist"] and all(set(c) == {"id", "question"} for c in hidden["checklist"])
     sent = llm_server.counts["total"]
     assert sent > 0
     _, again = run()
