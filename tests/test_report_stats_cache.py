@@ -122,8 +122,9 @@ def test_a_rerun_report_reads_its_statistics_back_without_the_numerical_stack(tm
     assert out.strip().splitlines()[-1] == "[]"
     assert (folder / "report.md").read_text() == first
     # One Ben-Util verdict flipped: other inputs, so the statistics are computed again.
-    row = wh.query("SELECT * FROM item_judgments WHERE fulfilled IS NOT NULL LIMIT 1")[0]
-    wh.write("item_judgments", [{**row, "fulfilled": not row["fulfilled"]}])
+    row = wh.query("SELECT * FROM verdicts WHERE kind = 'benutil' AND value IS NOT NULL "
+                   "LIMIT 1")[0]
+    wh.write("verdicts", [{**row, "value": 1.0 - row["value"]}])
     write_report(cfg, None)
     assert len(list((folder.parent / ".stats").glob("*.pkl"))) == 2
     assert (folder / "report.md").read_text() != first
