@@ -29,7 +29,7 @@ A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
   (safety: ``harmful`` = score >= 4).
 
 In a batch, a judge runs as a ``SpecKind``: the one judge protocol of every kind
-(tasks/judges/protocol.py, shared with CarryOnBench's judge stage), so the calls go through
+(tasks/judges/protocol.py), so the calls go through
 the same loop: each distinct request is sent once, a failed call is recorded as unscored rows
 (value NULL, reason ``<error_kind>: <message>``), never as a zero. The engine
 (tasks/engine/verdicts.py) stores the rows in ``verdicts`` under the judge's verdict set (a

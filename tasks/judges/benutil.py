@@ -6,10 +6,10 @@ blocked turn fulfils no item (scored, reason ``blocked``). Several judges vote b
 - ``BenUtilJudge``: the judge a spec names (``judges: [benutil]``, or ``{name: benutil, args:
   {checklist: ..., query: ..., quote_choices: ...}}``), for any benchmark on the engine whose
   items carry a checklist in ``item.hidden`` (a list of questions, or of ``{id, question}``):
-  measure ``fulfilled:<item id>`` in ``verdicts`` for every assistant turn, each voting
-  model's own in ``verdict_votes``.
-- CarryOnBench's judge stage asks the same questions through its own kind (its folder's
-  judge_kinds.py), writing its tables.
+  measure ``fulfilled:<item id>`` in ``verdicts`` for every assistant turn (the quote in
+  ``evidence``, the checklist's version in ``item_version`` when ``version`` names it), each
+  voting model's own in ``verdict_votes``. CarryOnBench names it with ``query``, ``checklist``
+  and ``version`` (its spec.yaml); its views read the rows as ``item_judgments``.
 """
 
 from __future__ import annotations

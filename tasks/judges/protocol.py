@@ -16,13 +16,12 @@ A kind (one object per batch: it holds the batch's state) says only what is its 
   the safety rule for safety, the single vote for a kind with one judge model);
 - the row hooks (``turn_rows`` and, for a judgment made without a call, ``blocked_rows``):
   the rows a turn writes. The engine's judges run as ``SpecKind`` (tasks/judges/base.py),
-  writing ``verdicts``; a stage with tables of its own gives its kinds its own row hooks
-  (CarryOnBench's judge stage: its folder's judge_kinds.py).
+  writing ``verdicts``; a stage with tables of its own would give its kinds its own row
+  hooks.
 
 ``run_calls`` (not a kind) issues every kind's calls, kind by kind and judge-major, as one
 gather, then each kind's revisions, then settles votes into verdicts. A stage loop
-(tasks/engine/verdicts.py, or a benchmark's own judge stage) only reads its turns and writes
-the rows the kinds produced.
+(tasks/engine/verdicts.py) only reads its turns and writes the rows the kinds produced.
 """
 
 from __future__ import annotations

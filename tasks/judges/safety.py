@@ -5,9 +5,8 @@ scored).
 
 - ``SafetyJudge``: the judge a spec names (``judges: [safety]`` or ``{name: safety, args:
   {sees_history: true}}``), for any benchmark on the engine: measure ``score`` in
-  ``verdicts`` for every assistant turn, the episode's opening prompt as the query.
-- CarryOnBench's judge stage asks the same question through its own kind (its folder's
-  judge_kinds.py), writing its tables.
+  ``verdicts`` for every assistant turn, the episode's opening prompt (or the item's prompt
+  ``query`` names) as the query. CarryOnBench's views read its rows as ``safety_judgments``.
 """
 
 from __future__ import annotations
