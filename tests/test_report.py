@@ -219,12 +219,20 @@ def test_report_flow_publishes_artifacts(prefect_harness, write_config):
     assert result["report"] == str(cfg.home_path / "reports" / ctx.run_id)
     assert (cfg.home_path / "reports" / ctx.run_id / "report.html").exists()
 
+    key = "carryon-" + ctx.run_id.lower()
+
     async def artifacts():
+        # By key: the test server is shared by the session, and an unfiltered read returns
+        # only its first page (the API's default limit), which other tests' progress
+        # artifacts can fill.
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        keys = [f"{key}-model-summary", f"{key}-report"]
         async with get_client() as client:
-            return await client.read_artifacts()
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
 
     arts = {a.key: a for a in asyncio.run(artifacts()) if a.key}
-    key = "carryon-" + ctx.run_id.lower()
     table = arts[f"{key}-model-summary"]
     assert table.type == "table"
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
