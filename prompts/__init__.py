@@ -42,6 +42,9 @@ from pathlib import Path
 from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 
 PROMPTS_DIR = Path(__file__).parent
+# A rendered prompt's size in tokens, estimated as characters / 4 (English prose): the plan's
+# token counts and the judges' cache-prefix layout use this one ratio.
+CHARS_PER_TOKEN = 4
 
 # Current name -> the name the template had when runs first used it (before it moved). Its
 # version hashes the first name; the first name also still finds the file. Add a line here

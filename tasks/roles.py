@@ -57,7 +57,7 @@ ROLE_TABLE: tuple[Role, ...] = (
     Role("safety_judge", ("verdicts",), "either", "judges/safety.j2", "SafetyVerdict", (450, 40),
          in_report=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
-    # The engine's judges: one entry, or a list of models that vote (tasks/judges/base.py).
+    # The engine's judges: one entry, or a list of models that vote (tasks/core/judges.py).
     Role("act_judge", ("episodes", "verdicts"), "either", "judges/act.j2", "ActVerdict",
          (700, 80), in_report=True),
     Role("helpfulness_judge", ("verdicts",), "either", "judges/helpfulness.j2",

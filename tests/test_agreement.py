@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.judges.votes import cohen_kappa, combine_safety, majority_vote, pairwise_agreement
+from tasks.core.votes import cohen_kappa, combine_safety, majority_vote, pairwise_agreement
 
 
 def test_majority_single_judge_passes_through():

@@ -232,9 +232,10 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
 
     from tasks.core.items import Item
     from tasks.gateway.result import CallResult
-    from tasks.judges.base import SpecKind, TurnView
+    from tasks.core.judges import TurnView
+    from tasks.engine.judge_calls import SpecKind
     from tasks.judges.benutil import BenUtilJudge
-    from tasks.judges.protocol import run_calls
+    from tasks.engine.judge_calls import run_calls
     from tests.factories import FakeGateway, model_spec
 
     item = Item("it", 0, {"question": "How?"}, {"checklist": [

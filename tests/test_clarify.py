@@ -16,9 +16,9 @@ from tasks.benchmarks.clarify import loader as pacific
 from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act, equivalence, reference
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView
 from tasks.users import reactive
-from tasks.users.base import ANSWERED, PolicyEnv, EpisodeState, Stop, UserTurn
+from tasks.core.users import ANSWERED, PolicyEnv, EpisodeState, Stop, UserTurn
 from tests.factories import FakeGateway
 from warehouse import Warehouse
 

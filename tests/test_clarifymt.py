@@ -25,9 +25,9 @@ from tasks.engine.episode import play, replayed_prefix
 from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
-from tasks.judges.base import TurnView
-from tasks.targets import Reply, Seat
-from tasks.users.base import ANSWERED, SINGLE_TURN, EpisodeState, PolicyEnv, Stop, UserTurn
+from tasks.core.judges import TurnView
+from tasks.core.targets import Reply, Seat
+from tasks.core.users import ANSWERED, SINGLE_TURN, EpisodeState, PolicyEnv, Stop, UserTurn
 from warehouse import Warehouse
 
 FIX = Path(__file__).parent / "fixtures" / "clarifymt"

@@ -17,10 +17,10 @@ from tasks.engine import verdicts as vd
 from tasks.config import ModelSpec
 from tasks.core.items import Item
 from tasks.gateway import CallResult
-from tasks.judges.base import Judge, Measure, Request
-from tasks.targets import Seat
+from tasks.core.judges import Judge, Measure, Request
+from tasks.core.targets import Seat
 from tasks.targets.llm import LLM
-from tasks.users.base import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
+from tasks.core.users import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
 from tests.factories import FakeGateway, model_spec
 from warehouse import Warehouse
 

@@ -13,9 +13,9 @@ from tasks.bench import BenchmarkSpec, ConditionSpec, ScriptSpec
 from tasks.engine import episode as ep
 from tasks.core.items import Item
 from tasks.core.keys import check_key, resample_key
-from tasks.targets import Seat
+from tasks.core.targets import Seat
 from tasks.targets.llm import LLM
-from tasks.users.base import MoveCheck, PolicyEnv
+from tasks.core.users import MoveCheck, PolicyEnv
 from tasks.users.scripted import Scripted
 from tests.factories import FakeGateway, model_spec
 from warehouse import Warehouse

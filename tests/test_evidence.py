@@ -67,7 +67,7 @@ def test_benutil_reasks_a_weak_quote_with_its_own_note_and_voids_it_if_it_stays_
     for a quote not found, whose cache keys stay as they were); still weak, it is unscored
     with the reason saying so."""
     from tasks.judges import benutil
-    from tasks.judges.base import Request
+    from tasks.core.judges import Request
 
     class R:
         def __init__(self, evidence, fulfilled=True):

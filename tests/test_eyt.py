@@ -23,7 +23,7 @@ from tasks.benchmarks.eyt.personas import SAMPLE, PersonaArgs, Personas, latent_
 from tasks.benchmarks.carryon.queries import DataError
 from tasks.core.items import Item
 from tasks.gateway.client import CallResult, parse_structured
-from tasks.judges.base import EmbedRequest, Measure, TurnView
+from tasks.core.judges import EmbedRequest, Measure, TurnView
 from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 from warehouse import Warehouse
 
@@ -335,8 +335,8 @@ def test_final_and_subjective_judges_read_the_whole_conversation():
 def test_a_judge_embedding_request_goes_through_the_gateways_embed(gateway, llm_server):
     """The engine's judge loop sends an EmbedRequest through tasks/gateway/embed.py (cached,
     recorded under the judge's role) and hands the judge one vector per text."""
-    from tasks.judges.base import SpecKind
-    from tasks.judges.protocol import run_calls
+    from tasks.engine.judge_calls import SpecKind
+    from tasks.engine.judge_calls import run_calls
 
     item = LOAD(SAMPLE)[0]
     turns = [_turn(item, 1, [_aside("plan a cheap weekend trip with her two teenagers")]),

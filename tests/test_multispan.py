@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tasks.benchmarks.clarify import loader as pacific
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView
 from tasks.judges.reference import JUDGE, aligned_f1, response_spans, span_set_scores
 
 DOC = {

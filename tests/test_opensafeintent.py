@@ -20,7 +20,7 @@ from tasks.benchmarks.opensafeintent import loader as osi
 from tasks.core.items import Item, item_id
 from tasks.judges.prompts import fence
 from tasks.judges import harmfulness, helpfulness
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView
 from warehouse import Warehouse
 
 # ----- loader ------------------------------------------------------------------------------------

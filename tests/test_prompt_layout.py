@@ -14,7 +14,7 @@ import pytest
 from tasks.core.items import Item
 from tasks.judges.prompts import benutil_messages, safety_messages
 from tasks.judges import act, equivalence, harmfulness, helpfulness
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView
 from tasks.judges.prompt_layout import (
     BenUtilLayout, benutil_layout, cache_min_tokens, common_head, common_tail,
 )

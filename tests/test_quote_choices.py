@@ -60,7 +60,7 @@ def test_the_schema_allows_a_passage_or_empty_with_not_fulfilled():
 
 def test_the_judge_sends_it_only_when_configured():
     from tasks.core.items import Item
-    from tasks.judges.base import TurnView
+    from tasks.core.judges import TurnView
 
     item = Item("q", 0, {"query": "the query"}, {"checklist": ["Does it name a tool?"]})
     turn = TurnView(item=item, condition="BC", episode_id="e", position=1, model_turn=1,

@@ -24,10 +24,10 @@ from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
 from tasks.benchmarks.regret import judge as regret_judge
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView
 from tasks.benchmarks.regret import planner as planner_mod
 from tasks.benchmarks.regret import responder as responder_mod
-from tasks.users.base import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
+from tasks.core.users import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
 from tests.factories import FakeGateway, by_role
 from warehouse import Warehouse
 

@@ -20,7 +20,7 @@ from tasks.benchmarks.carryon.simulate_plan import _query_calls, plan_calls, scr
 from tasks.engine.episode import BLOCKED_CONTENT, plan_episodes, play_batch, run_seats
 from tasks.core.items import Item
 from tasks.core.keys import conversation_id
-from tasks.users.base import clean_user_turn
+from tasks.core.users import clean_user_turn
 from warehouse import Warehouse
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def run(config: str = ConfigOpt,
     from tasks.gateway.client import ServerUnavailable
     from tasks.datasets.fields import DataError
     from tasks.engine.stage_errors import StageFailed
-    from tasks.judges.protocol import JudgeError
+    from tasks.core.judges import JudgeError
     from tasks.report import ReportError
     from tasks.engine.run import parse_stages, preflight
     from warehouse import WarehouseError

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.core.items import Item
 from tasks.core.keys import SharedCalls, keys_of
-from tasks.targets import Seat, seats
-from tasks.users.move_checker import CHECKER_ROLE
-from tasks.users.base import (
-    ANSWERED, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, MoveCheck, PolicyEnv, Stop, UserTurn,
+from tasks.core.targets import Seat, seats
+from tasks.core.users import (
+    ANSWERED, CHECKER_ROLE, ERROR, SINGLE_TURN, TURN_CAP, EpisodeState, MoveCheck, PolicyEnv,
+    Stop, UserTurn,
 )
 
 BLOCKED_CONTENT = "[No response: the provider blocked this answer.]"

@@ -24,8 +24,6 @@ from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
 from tasks.roles import ROLE_TABLE, ROLES
 
-CHARS_PER_TOKEN = 4
-
 
 def _user_template(spec, work) -> float | None:
     """The simulated user's prompt size: the template its policies' modules name
@@ -82,7 +80,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     turns = [(min(c.max_turns, len(p) + 1) if p else c.max_turns, t) for _, c, t, p in work]
     target_calls = sum(n for n, t in turns if t.model is not None)
     opening_tokens = (sum(len(item.prompts[c.prompt]) for item, c, _, _ in work)
-                      // CHARS_PER_TOKEN // max(n_eps, 1))
+                      // prompts.CHARS_PER_TOKEN // max(n_eps, 1))
     calls: dict[str, int] = {"targets": target_calls}
     bound: set[str] = {"targets"} if any(c.max_turns > 1 for c in spec.conditions) else set()
     for _, c, seat, _ in work:

@@ -27,7 +27,7 @@ from pathlib import Path
 from jinja2 import TemplateNotFound
 
 import prompts
-from tasks.judges.prompt_layout import CHARS_PER_TOKEN
+from prompts import CHARS_PER_TOKEN
 
 # Per message, the chat format's own tokens (role, separators).
 MESSAGE_TOKENS = 4

@@ -1,6 +1,6 @@
 """The verdicts stage: the spec's judges over stored episodes (re-judging never regenerates).
 
-Each judge (tasks/judges/<name>.py, protocol in tasks/judges/base.py) writes under its own
+Each judge (tasks/judges/<name>.py, protocol in tasks/core/judges.py) writes under its own
 *verdict set*. Its id is made by the spec's ``verdict_keys`` recipe:
 
 - ``verdict_sets`` (the default): hash of (kind, the judge's model and generation settings,
@@ -36,11 +36,11 @@ from pydantic import BaseModel
 from tasks.config_error import ConfigError
 from tasks.core import registry
 from tasks.core.items import prepare_items, stored_items
-from tasks.judges.base import (  # noqa: F401 (verdict_sample_key: re-export)
-    SpecKind, TurnView, prompt_version_of, verdict_sample_key,
+from tasks.core.judges import (  # noqa: F401 (verdict_sample_key: re-export)
+    TurnView, prompt_version_of, set_hash, verdict_sample_key,
 )
-from tasks.judges.protocol import judgment_sample_key, keep_first, run_calls, set_hash
-from tasks.judges.votes import pairwise_agreement
+from tasks.core.votes import pairwise_agreement
+from tasks.engine.judge_calls import SpecKind, judgment_sample_key, keep_first, run_calls
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:

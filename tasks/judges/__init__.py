@@ -1,2 +1,2 @@
 """The episode engine's judges, one module each (``tasks/judges/<name>.py``), named by the
-benchmark spec. The protocol is in ``base.py``."""
+benchmark spec. Their protocol is the ground floor's: tasks/core/judges.py."""

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.judges.prompts import fence
 from tasks.core.registry import judge
-from tasks.judges.base import Judge, Measure, Request, TurnView
+from tasks.core.judges import Judge, Measure, Request, TurnView
 
 TEMPLATE = "judges/act.j2"
 ACTS = ("direct_answer", "clarifying_question", "refusal", "hedge")

@@ -1,7 +1,7 @@
 """Ben-Util: one call per checklist item, evidence first; a "fulfilled" whose quote is not in
 the response is re-asked once, then stored unscored (reason ``evidence_not_in_response``); a
 blocked turn fulfils no item (scored, reason ``blocked``). Several judges vote by majority
-(tasks/judges/votes.py). The judge, and the rules any face of it shares:
+(tasks/core/votes.py). The judge, and the rules any face of it shares:
 
 - ``BenUtilJudge``: the judge a spec names (``judges: [benutil]``, or ``{name: benutil, args:
   {checklist: ..., query: ..., quote_choices: ...}}``), for any benchmark on the engine whose
@@ -18,15 +18,14 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.judges.votes import majority_vote
+from tasks.core.judges import Judge, JudgeError, Measure, Request, TurnView
+from tasks.core.registry import judge
+from tasks.core.votes import majority_vote
+from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
 from tasks.judges.prompts import (
     _FENCE_TEMPLATE, BENUTIL_TEMPLATE, MAX_EVIDENCE_CHARS, BenUtilVerdict, benutil_messages,
     evidence_in_response, prompt_version, quoted_verdict,
 )
-from tasks.core.registry import judge
-from tasks.judges.base import Judge, Measure, Request, TurnView
-from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
-from tasks.judges.protocol import JudgeError
 
 BENUTIL = "benutil_judge"
 # Stored reasons of judgments made without a judge call, and of unverified evidence.
@@ -179,7 +178,7 @@ class BenUtilJudge(Judge):
                         request.unit)]
 
     def combine(self, per_judge: list[list[Measure]]) -> list[Measure]:
-        # CarryOnBench's rule (tasks/judges/votes.py): a strict majority of the whole panel.
+        # CarryOnBench's rule (tasks/core/votes.py): a strict majority of the whole panel.
         (head, *_), votes = per_judge[0], [ms[0] for ms in per_judge]
         value, why = majority_vote([(None if m.value is None else bool(m.value),
                                      m.reason if m.value is None else None) for m in votes])

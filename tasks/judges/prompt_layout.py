@@ -30,6 +30,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from prompts import CHARS_PER_TOKEN
+
 CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 4096, "vertex_ai": 4096}
 # Gemini models with a lower floor than the provider's default above (prefix of the model id).
 GEMINI_MIN_TOKENS = {"gemini-2.5": 2048}
@@ -38,8 +40,6 @@ NOT_SENT = {"anthropic": "Anthropic caches only prefixes marked with cache_contr
                          "gateway does not send",
             "bedrock": "Bedrock caches only prefixes marked with a cache point, which the gateway "
                        "does not send"}
-# The plan's token estimates count characters / 4 (English prose); the same ratio here.
-CHARS_PER_TOKEN = 4
 # Rough lengths the plan assumes for a query and a checklist item (CASE-Bench's queries and
 # the decomposer's yes/no questions are a sentence each).
 QUERY_TOKENS = 30

@@ -30,7 +30,7 @@ import string
 from collections import Counter
 
 from tasks.core.registry import judge
-from tasks.judges.base import Judge, Measure, TurnView
+from tasks.core.judges import Judge, Measure, TurnView
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

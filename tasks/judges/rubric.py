@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 import prompts
 from tasks.core.registry import judge
-from tasks.judges.base import Judge, Measure, Request, TurnView
+from tasks.core.judges import Judge, Measure, Request, TurnView
 from tasks.judges.prompts import fence
 
 FENCE = "judges/_fenced.j2"

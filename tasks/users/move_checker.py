@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 import prompts
-from tasks.users.scripts import get_move
+from tasks.core.users import CHECKER_ROLE
 from tasks.untrusted import cap_transcript, cap_turn
+from tasks.users.scripts import get_move
 
-CHECKER_ROLE = "move_checker"
 TEMPLATE = "users/move_check.j2"
 
 

@@ -21,12 +21,11 @@ Its ``call_hash`` is the failed act call's, so the episode row points at it.
 from __future__ import annotations
 
 import prompts
-from tasks.judges.base import verdict_sample_key
-from tasks.judges import act as act_judge
-from tasks.judges.base import TurnView
+from tasks.core.judges import TurnView, verdict_sample_key
 from tasks.core.registry import user_policy
+from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines
+from tasks.judges import act as act_judge
 from tasks.untrusted import cap_turn
-from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
 
 TEMPLATE = "users/reactive.j2"
 ACT_ROLE = "act_judge"

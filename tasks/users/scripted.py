@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict
 import prompts
 from tasks.core.keys import check_key, resample_key
 from tasks.core.registry import user_policy
-from tasks.users.scripts import get_move, moves_for, sample_scripts
-from tasks.users.move_checker import CHECKER_ROLE, check_turn
+from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn
 from tasks.untrusted import cap_transcript
-from tasks.users.base import TURN_CAP, Stop, UserTurn, clean_user_turn
+from tasks.users.move_checker import check_turn
+from tasks.users.scripts import get_move, moves_for, sample_scripts
 
 SIMULATOR = "user_simulator"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tasks.core.registry import user_policy
 from tasks.judges import act as act_judge
-from tasks.users.base import UserTurn
+from tasks.core.users import UserTurn
 from tasks.users.reactive import ACT_ROLE, unless_asked
 
 

@@ -4,7 +4,7 @@ and a disambiguated question's)."""
 from __future__ import annotations
 
 from tasks.core.registry import user_policy
-from tasks.users.base import SINGLE_TURN, Stop
+from tasks.core.users import SINGLE_TURN, Stop
 
 
 @user_policy("single_turn")

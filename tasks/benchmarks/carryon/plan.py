@@ -25,9 +25,9 @@ import functools
 
 from tasks.config import Config
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
+from prompts import CHARS_PER_TOKEN
 from tasks.judges.prompt_layout import (
-    CHARS_PER_TOKEN, ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens,
-    provider,
+    ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens, provider,
 )
 from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
 from tasks.roles import ROLE_TABLE

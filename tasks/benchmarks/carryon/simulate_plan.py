@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tasks.engine.plan_tokens import MESSAGE_TOKENS
 from tasks.users.scripts import SampledScript, sample_scripts
-from tasks.users.move_checker import CHECKER_ROLE
+from tasks.core.users import CHECKER_ROLE
 
 # The roles the simulation calls (here, not in simulate.py, so this module imports nothing
 # of the simulation's).

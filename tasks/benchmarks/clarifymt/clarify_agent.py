@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.benchmarks.clarifymt.persona_user import conversation, fenced
 from tasks.core.registry import target_policy
-from tasks.targets import Reply
-from tasks.users.base import PolicyEnv
+from tasks.core.targets import Reply
+from tasks.core.users import PolicyEnv
 
 TARGET_ROLE = "targets"
 ASIDE_CHARS = 2000

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.benchmarks.clarifymt.persona_user import conversation, fenced, reply_move
 from tasks.core.registry import judge
-from tasks.judges.base import Judge, Measure, Request, TurnView
+from tasks.core.judges import Judge, Measure, Request, TurnView
 from tasks.roles import Role
 
 NOT_APPLICABLE = "not_applicable"

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 import prompts
 from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
-from tasks.users.base import SINGLE_TURN, Stop
+from tasks.core.users import SINGLE_TURN, Stop
 from tasks.users.reactive import Reactive
 
 TEMPLATE = "clarifymt/persona_user.j2"

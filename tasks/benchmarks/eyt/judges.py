@@ -31,7 +31,7 @@ import prompts
 from tasks.benchmarks.eyt.personas import latent_at
 from tasks.core.registry import judge
 from tasks.untrusted import cap_turn
-from tasks.judges.base import EmbedRequest, Judge, Measure, Request
+from tasks.core.judges import EmbedRequest, Judge, Measure, Request
 from tasks.roles import Role
 
 JUDGE_ROLE = Role("eyt_judge", ("verdicts",), "either", "eyt/*.j2", "EytVerdict", (700, 80),

@@ -16,7 +16,7 @@ import prompts
 from tasks.benchmarks.eyt.personas import latent_at
 from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
-from tasks.users.base import UserTurn, clean_user_turn
+from tasks.core.users import UserTurn, clean_user_turn
 
 TEMPLATE = "eyt/simulator.j2"
 SIM_ROLE = "user_simulator"

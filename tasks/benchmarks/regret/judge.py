@@ -32,7 +32,7 @@ from tasks.benchmarks.regret.cig import UNSUPPORTED, Graph, Rules, admitted, ali
     reply_values, simulate
 from tasks.core.registry import judge
 from tasks.judges.prompts import fence
-from tasks.judges.base import Judge, Measure, Request, TurnView
+from tasks.core.judges import Judge, Measure, Request, TurnView
 from tasks.roles import Role
 from tasks.untrusted import cap_turn
 

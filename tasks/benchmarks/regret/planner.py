@@ -18,7 +18,7 @@ import dataclasses
 from tasks.benchmarks.regret.cig import (Graph, Rules, answer_text, consistent, decide, parse_reply,
                        question_text)
 from tasks.core.registry import target_policy
-from tasks.targets import Reply
+from tasks.core.targets import Reply
 
 
 def observations(g: Graph, transcript: list[dict], turns: int, rules: Rules) -> list[tuple]:

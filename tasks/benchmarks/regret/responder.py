@@ -38,10 +38,10 @@ import prompts
 from tasks.benchmarks.regret.cig import Graph, Rules, reply_values
 from tasks.core.registry import user_policy
 from tasks.judges.prompts import fence
-from tasks.judges.base import verdict_sample_key
+from tasks.core.judges import verdict_sample_key
 from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
                                  resolve_facet)
-from tasks.users.base import ANSWERED, Stop, UserTurn, drop_fence_lines
+from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines
 from tasks.users.reactive import ACT_ROLE, SIM_ROLE, read_act, turn_view
 
 TEMPLATE = "regret/reply.j2"

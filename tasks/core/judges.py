@@ -1,4 +1,5 @@
-"""The judge protocol of the episode engine.
+"""The judge protocol of the episode engine (the ground floor: judges implement it, the
+verdicts loop calls it).
 
 A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
 
@@ -28,20 +29,18 @@ A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
 - ``agreement`` (optional): derived labels the panel's agreement is also computed on
   (safety: ``harmful`` = score >= 4).
 
-In a batch, a judge runs as a ``SpecKind``: the one judge protocol of every kind
-(tasks/judges/protocol.py), so the calls go through
-the same loop: each distinct request is sent once, a failed call is recorded as unscored rows
-(value NULL, reason ``<error_kind>: <message>``), never as a zero. The engine
-(tasks/engine/verdicts.py) stores the rows in ``verdicts`` under the judge's verdict set (a
-unit's measure is stored as ``<measure>:<unit>``, e.g. ``fulfilled:3``), each voting model's
-own rows in ``verdict_votes`` when several vote, and replaces a batch's earlier rows on a
-rerun. A blocked target turn (the provider refused to produce it) reaches a judge as
+In a batch, a judge runs as a ``SpecKind`` (tasks/engine/judge_calls.py, the verdicts
+loop's calls), so every judge's calls go through the same loop: each distinct request is
+sent once, a failed call is recorded as unscored rows (value NULL, reason
+``<error_kind>: <message>``), never as a zero. The engine (tasks/engine/verdicts.py) stores
+the rows in ``verdicts`` under the judge's verdict set (a unit's measure is stored as
+``<measure>:<unit>``, e.g. ``fulfilled:3``), each voting model's own rows in
+``verdict_votes`` when several vote, and replaces a batch's earlier rows on a rerun. A blocked target turn (the provider refused to produce it) reaches a judge as
 ``turn.blocked``; the judge decides what it means (a refusal, usually) without a call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections import Counter
@@ -51,7 +50,17 @@ from pydantic import BaseModel
 
 import prompts
 from tasks.core.items import Item
-from tasks.judges.protocol import JudgeKind, reason, set_hash
+
+
+class JudgeError(Exception):
+    """Stored input a judge cannot use (names the table, row and field): a run stops on it
+    with that one line, before the stage writes anything."""
+
+
+def set_hash(doc) -> str:
+    """The 16 hex digits of a judgment (or verdict) set id: sha256 of the sorted-key JSON. Set
+    ids are stored and read by the views, so this recipe never changes."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -212,118 +221,3 @@ def verdict_sample_key(model, messages: list[dict]) -> str | None:
     if not model.temperature:
         return None
     return "verdict:" + hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class SpecKind(JudgeKind):
-    """A spec's judge in one batch: its models (none for a judge that needs no call; several
-    vote), its requests per turn (each may be revised once), its measures as rows of
-    ``verdicts`` and, when several models vote, each model's own as rows of
-    ``verdict_votes``."""
-
-    table = "verdicts"
-
-    def __init__(self, judge: Judge, models: list, set_id: str, sample_key=None):
-        super().__init__(list(models), set_id)
-        self.judge, self.kind, self.role = judge, judge.kind, judge.role
-        # How a sampled judge's calls are keyed (the set recipe's; tasks/engine/verdicts.py).
-        self._sample_key = sample_key or verdict_sample_key
-        self.unscored: Counter = Counter()
-        self.vote_rows: list[dict] = []
-        self.revisions: list = []  # the second answers (a judge's revision calls)
-
-    def requests(self, turn: TurnView) -> list[tuple]:
-        out = []
-        for req in self.judge.requests(turn):  # none: judged from the text (or blocked)
-            if isinstance(req, EmbedRequest):
-                out.append((("embed", json.dumps(list(req.texts), ensure_ascii=False)), req))
-            else:
-                # The unit too: two units of one item may ask the same question, and each
-                # needs its own verdict (the gateway's cache still sends it once).
-                key = (json.dumps(req.messages, sort_keys=True, ensure_ascii=False),
-                       req.schema.__name__, req.unit)
-                out.append((key, req))
-        return out
-
-    def calls(self, gw) -> list:
-        # Embedding requests go through the gateway's embed (same cache, limits and
-        # provenance); chat requests as every kind's.
-        if not any(isinstance(s, EmbedRequest) for s in self.sources.values()):
-            return super().calls(gw)
-        from tasks.gateway.embed import embed
-
-        return [embed(gw, spec, self.role, list(src.texts)) if isinstance(src, EmbedRequest)
-                else self.ask(gw, spec, src.messages, src.schema)
-                for spec in self.specs for src in self.sources.values()]
-
-    def messages(self, source: Request) -> list[dict]:
-        return source.messages
-
-    def schema_for(self, source: Request) -> type:
-        return source.schema
-
-    def sample_key(self, spec, messages):
-        return self._sample_key(spec, messages)
-
-    def parse(self, r) -> tuple:
-        # An embedding call's answer is its vectors. A vote: (parsed, revised, reason, hash).
-        return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
-
-    async def revise(self, gw, by_request):
-        # The judge's second requests, after the first answers that call for one; each
-        # answer replaces the first (a failed one is unscored with the gateway's reason).
-        asks = []
-        for (j, k), r in by_request.items():
-            src = self.sources[k]
-            if r.ok and isinstance(src, Request):
-                second = self.judge.revision(src, r)
-                if second is not None:
-                    asks.append(((j, k), second))
-        self.revisions = await asyncio.gather(*(
-            self.ask(gw, self.specs[j], req.messages, req.schema) for (j, _), req in asks))
-        return {jk: (r.parsed, True, None, r.call_hash) if r.ok
-                else (None, True, reason(r), r.call_hash)
-                for (jk, _), r in zip(asks, self.revisions)}
-
-    def all_results(self) -> list:
-        return list(self.results) + list(self.revisions)
-
-    def combine(self, votes: list[tuple]) -> tuple:
-        # Votes are combined per measure in turn_rows (a vote's measures need its turn).
-        return votes[0]
-
-    def _measures(self, t: TurnView, src, vote: tuple) -> list[Measure]:
-        parsed, revised, why, _ = vote
-        if why is not None:
-            return self.judge.unscored_of(t, src, why, revised)
-        return self.judge.verdicts_of(t, src, parsed, revised)
-
-    def _row(self, t: TurnView, m: Measure, call_hash) -> dict:
-        assert isinstance(m, Measure)
-        return {"judgment_set_id": self.set_id, "episode_id": t.episode_id,
-                "position": t.position, "measure": m.stored, "kind": self.kind,
-                "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                "reason": m.reason, "call_hash": call_hash, "evidence": m.evidence,
-                "item_version": self.judge.item_version(t.item)}
-
-    def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
-        if not keys:
-            self._add(t, self.judge.verdicts(t, None), None)
-        for key in keys:
-            src = self.sources[key]
-            if len(self.specs) == 1:
-                vote = self.final[key]
-                self._add(t, self._measures(t, src, vote), vote[3])
-                continue
-            # Several judge models: each one's measures kept as its vote, then combined by
-            # the judge's rule.
-            per_judge = []
-            for spec, vote in zip(self.specs, self.votes[key]):
-                ms = self._measures(t, src, vote)
-                per_judge.append(ms)
-                self.vote_rows += [{**self._row(t, m, vote[3]), "judge": spec.name} for m in ms]
-            self._add(t, self.judge.combine(per_judge), None)
-
-    def _add(self, t: TurnView, measures: list[Measure], call_hash) -> None:
-        for m in measures:
-            self.unscored[self.kind] += m.value is None and m.label is None
-            self.rows.append(self._row(t, m, call_hash))

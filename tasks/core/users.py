@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from tasks.core.spec import ConditionSpec
 from tasks.core.items import Item
 
+# The move checker's role (tasks/users/move_checker.py): the scripted user calls it, and the
+# play loop resolves it to a model (the check itself is the user's).
+CHECKER_ROLE = "move_checker"
+
 ANSWERED = "answered"
 USER_STOP = "user_stop"
 SINGLE_TURN = "single_turn"
