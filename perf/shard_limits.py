@@ -30,8 +30,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from tests.llm_server import Faults, LLMServer  # noqa: E402
-from tests.shard_worker import run_shards  # noqa: E402
+from tests.support.llm_server import Faults, LLMServer  # noqa: E402
+from tests.support.shard_worker import run_shards  # noqa: E402
 
 
 def measure(shards: int = 2, calls: int = 200, limit: int = 16, latency_s: float = 0.25,

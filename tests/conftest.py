@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 import tasks.bench  # noqa: E402,F401  (registers every benchmark's views for Warehouse.init)
-from tests.llm_server import Faults, LLMServer  # noqa: E402
+from tests.support.llm_server import Faults, LLMServer  # noqa: E402
 
 
 @pytest.fixture

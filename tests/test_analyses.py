@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from tasks.benchmarks.carryon.report import analyses as an
+from tests.support.analyses import CONV, _conv
 
 
 def _turns(rows):
@@ -51,28 +52,6 @@ def test_turn1_bin_edges():
     assert an.turn1_bin(0.0, math.nan) == "hard refusal"
     assert an.turn1_bin(10.0, math.nan) is None
     assert an.turn1_bin(math.nan, 50.0) is None
-
-
-def _conv(rows):
-    return pd.DataFrame(rows, columns=["target", "query_id", "category", "condition", "length",
-                                       "n_benign_moves", "turn1_utility", "turn1_harm", "utility", "harm_max"])
-
-
-CONV = _conv([
-    # A/q1: Turn 1 = 0 -> hard refusal; BC 40, 60 -> 50; NC 20; oracle 80
-    ("A", "q1", "c1", "BC", 4, 1, 0.0, 1, 40.0, 2),
-    ("A", "q1", "c1", "BC", 6, 2, 0.0, 1, 60.0, 4),
-    ("A", "q1", "c1", "NC", 4, 0, 0.0, 1, 20.0, 1),
-    ("A", "q1", "c1", "oracle", 2, 0, 80.0, 1, 80.0, 1),
-    # A/q2: Turn 1 = 30 of oracle 50 -> high (> 25); BC 70, NC 30
-    ("A", "q2", "c2", "BC", 4, 1, 30.0, 2, 70.0, 3),
-    ("A", "q2", "c2", "NC", 4, 0, 30.0, 2, 30.0, 2),
-    ("A", "q2", "c2", "oracle", 2, 0, 50.0, 1, 50.0, 1),
-    # B/q1: Turn 1 = 20 of oracle 40 -> partial (exactly 50 %); BC 60, NC 20
-    ("B", "q1", "c1", "BC", 4, 1, 20.0, 1, 60.0, 5),
-    ("B", "q1", "c1", "NC", 4, 0, 20.0, 1, 20.0, 1),
-    ("B", "q1", "c1", "oracle", 2, 0, 40.0, 1, 40.0, 1),
-])
 
 
 def test_turn1_bins_where_they_end():
@@ -180,7 +159,7 @@ def test_failure_flags_rules():
 # ----- the analyses on the edge-case warehouse of test_views (NULL versus 0) ---------------------
 @pytest.fixture(scope="module")
 def case_frames(tmp_path_factory):
-    from tests.test_views import build_cases
+    from tests.support.views import build_cases
 
     w = build_cases(tmp_path_factory.mktemp("cases") / "cases.duckdb")
     return (w.df("SELECT * FROM model_summary"), w.df("SELECT * FROM conversation_scores"),

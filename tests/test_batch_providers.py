@@ -14,8 +14,8 @@ import pytest
 
 from tasks.gateway.batch import BatchClient
 from tasks.gateway.batch_wire import WIRES, Limits, batch_route
-from tests.test_batch_api import ROLE, Verdict, calls_for, gateway, home, run_batch, run_live  # noqa: F401
-from tests.factories import model_spec
+from tests.support.batch import ROLE, Verdict, calls_for, gateway, home, run_batch, run_live  # noqa: F401
+from tests.support.factories import model_spec
 
 # (model, api_base attribute of the server, route counted per create, per poll)
 PROVIDERS = {

@@ -13,7 +13,7 @@ from tasks.config import ConfigError
 from tasks.gateway import Gateway
 from tasks.gateway.cache import CacheError, ResponseCache
 from tasks.engine.run import check_home
-from tests.test_gateway import msgs, spec_for
+from tests.support.gateway import msgs, spec_for
 
 
 def test_corrupted_entry_is_a_logged_miss(tmp_path, llm_server, caplog):

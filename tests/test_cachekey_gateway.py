@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from tasks.gateway import Gateway
-from tests.test_gateway import Verdict, msgs, spec_for
+from tests.support.gateway import Verdict, msgs, spec_for
 
 
 class OtherVerdict(BaseModel):  # a different response schema

@@ -213,7 +213,7 @@ def test_report_shows_checklist_sizes_and_categories_of_published_shape_queries(
     import json as _json
 
     from flows.carryon import carryon
-    from tests.test_report import md_table_by_header
+    from tests.support.report import md_table_by_header
     from warehouse import Warehouse
 
     rows = load_casebench(published)

@@ -235,7 +235,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
     from tasks.judges.base import SpecKind, TurnView
     from tasks.judges.benutil import BenUtilJudge
     from tasks.judges.protocol import run_calls
-    from tests.factories import FakeGateway, model_spec
+    from tests.support.factories import FakeGateway, model_spec
 
     item = Item("it", 0, {"question": "How?"}, {"checklist": [
         {"id": "a", "question": "Does it say X?"}, {"id": "b", "question": "Does it say X?"},

@@ -19,7 +19,7 @@ from tasks.benchmarks.carryon.queries import QueryRow, run_queries
 from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
 from tasks.engine.run import finish_run, open_run
 from tests.conftest import base_config
-from tests.llm_server import answer
+from tests.support.llm_server import answer
 
 ENS = ["ens-1", "ens-2", "ens-3"]
 
@@ -466,7 +466,7 @@ def test_a_cut_off_merge_is_its_own_drop_reason(write_config, llm_server):
 
 def test_a_cut_off_ensemble_answer_is_recorded_and_not_used(write_config, llm_server):
     from tasks.gateway.client import CallResult
-    from tests.llm_server import answer, default_answer
+    from tests.support.llm_server import answer, default_answer
 
     if "finish_reason" not in CallResult.__dataclass_fields__:
         pytest.skip("the gateway does not report finish reasons")

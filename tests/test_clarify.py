@@ -19,7 +19,7 @@ from tasks.judges import act, equivalence, reference
 from tasks.judges.base import TurnView
 from tasks.users import reactive
 from tasks.users.base import ANSWERED, PolicyEnv, EpisodeState, Stop, UserTurn
-from tests.factories import FakeGateway
+from tests.support.factories import FakeGateway
 from warehouse import Warehouse
 
 

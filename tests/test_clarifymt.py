@@ -592,7 +592,7 @@ def test_clarify_agent_perceives_tracks_plans_and_states_its_steps_aside():
 def test_model_written_text_stays_inside_its_fence():
     """Every ClarifyMT prompt rendered with a hostile payload in every model-written field (the
     target's turns, the simulated user's replies, the agent's own notes)."""
-    from tests.test_fences import MARK, PAYLOAD, outside_fences
+    from tests.support.fences import MARK, PAYLOAD, outside_fences
 
     item = _item("partial_vague", prefix=None)
     turns = [PAYLOAD, PAYLOAD, PAYLOAD]

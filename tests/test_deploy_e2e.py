@@ -131,7 +131,7 @@ def _wait_file(path: Path, proc: subprocess.Popen, timeout: float = 30.0) -> str
 def llm_api(tmp_path_factory):
     d = tmp_path_factory.mktemp("llm")
     port_file = d / "port"
-    proc = subprocess.Popen([PY, "-m", "tests.llm_server", "--port", "0", "--port-file", str(port_file)],
+    proc = subprocess.Popen([PY, "-m", "tests.support.llm_server", "--port", "0", "--port-file", str(port_file)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(d / "llm.log", "wb"))
     try:
         yield f"http://127.0.0.1:{_wait_file(port_file, proc)}/v1"

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from tasks.gateway.embed import embed, embed_key
-from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
+from tests.support.gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 
 
 def test_embeddings_are_cached_by_content(gateway, llm_server):

@@ -21,7 +21,7 @@ from tasks.judges.base import Judge, Measure, Request
 from tasks.targets import Seat
 from tasks.targets.llm import LLM
 from tasks.users.base import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
-from tests.factories import FakeGateway, model_spec
+from tests.support.factories import FakeGateway, model_spec
 from warehouse import Warehouse
 
 

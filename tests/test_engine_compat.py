@@ -35,8 +35,8 @@ import yaml
 from flows.carryon import carryon
 from tasks.config import load_config
 from tasks.gateway.cache import convert_legacy
-from tests.factories import rounded
-from tests.llm_server import LLMServer
+from tests.support.factories import rounded
+from tests.support.llm_server import LLMServer
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e

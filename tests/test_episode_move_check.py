@@ -17,7 +17,7 @@ from tasks.targets import Seat
 from tasks.targets.llm import LLM
 from tasks.users.base import MoveCheck, PolicyEnv
 from tasks.users.scripted import Scripted
-from tests.factories import FakeGateway, model_spec
+from tests.support.factories import FakeGateway, model_spec
 from warehouse import Warehouse
 
 ITEM = Item("i1", 0, {"q": "How do locks fail?"}, {"intent": "I repair doors for a living."})

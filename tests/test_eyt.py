@@ -24,7 +24,7 @@ from tasks.benchmarks.carryon.queries import DataError
 from tasks.core.items import Item
 from tasks.gateway.client import CallResult, parse_structured
 from tasks.judges.base import EmbedRequest, Measure, TurnView
-from tests.test_gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
+from tests.support.gateway import gateway, spec_for  # noqa: F401  (gateway is a fixture)
 from warehouse import Warehouse
 
 SPEC = load_spec("eyt")
@@ -663,7 +663,7 @@ def test_model_written_text_stays_inside_its_fence():
     """The simulator and the three prompted judges, with a hostile payload in every
     model-written field: the target's responses and stated perception, the simulated user's
     turns."""
-    from tests.test_fences import MARK, PAYLOAD, outside_fences
+    from tests.support.fences import MARK, PAYLOAD, outside_fences
 
     item = LOAD(SAMPLE)[0]
     view = TurnView(item=item, condition="drift", episode_id="e", position=3, model_turn=2,

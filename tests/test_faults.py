@@ -32,7 +32,7 @@ from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401  (registers the tables whose keys are checked)
 from tests.conftest import base_config
-from tests.llm_server import Faults, LLMServer
+from tests.support.llm_server import Faults, LLMServer
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -138,7 +138,7 @@ def test_figure_cache_keeps_the_sentence(tmp_path):
 def _report(write_config, monkeypatch=None, **sparse):
     from tasks.config import load_config
     from tasks.benchmarks.carryon.report.writer import write_report
-    from tests.test_report_sparse import RUN_ID, Sparse, build
+    from tests.support.sparse import RUN_ID, Sparse, build
 
     cfg = load_config(write_config())
     build(cfg.home_path, Sparse(**sparse))
@@ -169,7 +169,7 @@ def test_report_with_nothing_scored_says_why_instead_of_drawing(write_config, mo
         AssertionError("a kept figure was drawn again")))
     from tasks.config import load_config
     from tasks.benchmarks.carryon.report.writer import write_report
-    from tests.test_report_sparse import RUN_ID
+    from tests.support.sparse import RUN_ID
 
     again = write_report(load_config(write_config()), RUN_ID)
     assert (again / "report.md").read_text() == md

@@ -13,40 +13,12 @@ import pytest
 from aiohttp import web
 from pydantic import BaseModel
 
-from tasks.config import ModelSpec
 from tasks.gateway import Gateway
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import RateLimiter
-from tests.factories import model_spec
-from tests.llm_server import answer
-
-
-class Verdict(BaseModel):
-    fulfilled: bool
-    evidence: str
-
-
-# The loopback server's test model, with retries and concurrency to spare (tests/factories.py
-# gives the rest); test_gateway_workers and test_junk_and_down build on spec_for.
-ENTRY = {"model": "openai/test-model", "max_concurrency": 8, "max_retries": 3,
-         "where": "models.test"}
-
-
-def spec_for(server, **over) -> ModelSpec:
-    # ``over`` may set any field, the name and the api_base included.
-    return model_spec(**{"name": "m", "api_base": server.api_base, **ENTRY, **over})
-
-
-@pytest.fixture
-def gateway(tmp_path):
-    g = Gateway(tmp_path / "cache", "run-test")
-    g.cfg.backoff_base_s, g.cfg.backoff_max_s = 0.01, 0.5
-    yield g
-    g.close()
-
-
-def msgs(text):
-    return [{"role": "user", "content": text}]
+from tests.support.factories import model_spec
+from tests.support.gateway import ENTRY, Verdict, gateway, msgs, spec_for  # noqa: F401  (gateway is a fixture)
+from tests.support.llm_server import answer
 
 
 def run(coro):
@@ -390,7 +362,7 @@ def test_reasoning_params_are_sent_and_tokens_recorded(gateway, llm_server):
 
 
 def test_answer_lost_to_reasoning_is_its_own_kind(gateway, llm_server):
-    from tests.llm_server import answer
+    from tests.support.llm_server import answer
 
     for i, a in enumerate((answer("", "length", 300), answer(None, "stop", 12), answer("", "length"))):
         llm_server.scripts["t"] = lambda body, a=a: a
@@ -406,7 +378,7 @@ def test_answer_lost_to_reasoning_is_its_own_kind(gateway, llm_server):
 
 
 def test_provider_blocks_are_content_blocked_not_retried(gateway, llm_server, tmp_path):
-    from tests.llm_server import answer, content_policy_error
+    from tests.support.llm_server import answer, content_policy_error
 
     s = spec_for(llm_server)
     for i, script in enumerate((lambda body: answer(None, "content_filter"),

@@ -23,10 +23,10 @@ from tasks.gateway import Gateway
 from tasks.gateway import workers
 from tasks.gateway.workers import worker_count
 from tests.conftest import base_config
-from tests.factories import rounded
-from tests.llm_server import Faults, LLMServer
-from tests.test_gateway import Verdict
-from tests.test_gateway import spec_for as base_spec
+from tests.support.factories import rounded
+from tests.support.llm_server import Faults, LLMServer
+from tests.support.gateway import Verdict
+from tests.support.gateway import spec_for as base_spec
 
 # Worker processes forked per test (several seconds each on 2 cores): --all only.
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tasks.gateway.claims import FOLDER, Claims
-from tests.test_interrupt import TimedServer, timed_server  # noqa: F401  (a fixture)
+from tests.support.interrupt import TimedServer, timed_server  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ import asyncio, json, sys, time
 from pathlib import Path
 from tasks.gateway import Gateway
 from tasks.gateway.transport import _litellm
-from tests.factories import model_spec
+from tests.support.factories import model_spec
 cache, api_base, go, n, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 _litellm()
 spec = model_spec("m", api_base, model="openai/test-model", max_concurrency=64, timeout_s=30.0,

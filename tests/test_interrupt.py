@@ -23,15 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tasks.ops import interrupt
-from tests.conftest import base_config
-from tests.llm_server import LLMServer
+from tests.support.interrupt import GRACE_S, TimedServer, _config, _env, timed_server  # noqa: F401  (a fixture)
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
-GRACE_S = 3.0
 
 # The child: every warehouse write is logged (tables, and the runs row's status) before the
 # CLI runs as ``carryon run`` would.
@@ -51,45 +48,6 @@ sys.argv = ["carryon", *sys.argv[2:]]
 from flows.cli import main
 main()
 """
-
-
-class TimedServer(LLMServer):
-    """The loopback server, with each request's arrival time and role."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.arrivals: list[tuple[float, str]] = []
-
-    async def _arrived(self, request):
-        body, role = await super()._arrived(request)
-        self.arrivals.append((time.monotonic(), role))
-        return body, role
-
-
-@pytest.fixture
-def timed_server():
-    server = TimedServer().start()
-    yield server
-    server.stop()
-
-
-def _env(tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CARRYON_"))}
-    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1",
-               PREFECT_HOME=str(tmp_path / "prefect-home"),
-               CARRYON_GATEWAY_WORKERS="1",  # a worker process in the group, as in real runs
-               CARRYON_INTERRUPT_GRACE_S=str(GRACE_S))
-    return env
-
-
-def _config(tmp_path: Path, api_base: str, home: str) -> Path:
-    cfg = base_config(api_base, tmp_path / home)
-    cfg["dataset"]["limit"] = 1
-    cfg["models"]["defaults"]["timeout_s"] = 30
-    path = tmp_path / f"{home}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def _start(config: Path, tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path, Path]:
@@ -273,7 +231,7 @@ def test_gateway_sends_nothing_after_a_stop(llm_server, tmp_path):
     """A call made after the stop waits (it is cancelled with the flow) and never reaches
     the server; a cached answer is not affected before the stop."""
     from tasks.gateway import Gateway
-    from tests.test_gateway import spec_for
+    from tests.support.gateway import spec_for
 
     spec = spec_for(llm_server, max_retries=0)
 

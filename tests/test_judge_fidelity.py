@@ -16,8 +16,8 @@ from tasks.judges.prompts import (
     BenUtilVerdict, SafetyVerdict, benutil_messages, evidence_in_response, safety_messages,
 )
 from tasks.benchmarks.carryon.report import judging as rj
-from tests.factories import carryon_item, carryon_rows
-from tests.test_judge import (  # noqa: F401  (make_ctx is a fixture)
+from tests.support.factories import carryon_item, carryon_rows
+from tests.support.judging import (  # noqa: F401  (make_ctx is a fixture)
     AB, QUERY, _conv, _turns, base_models, item_of, keyword_judge, make_ctx,
     run_all, seed,
 )
@@ -202,7 +202,7 @@ def test_queries_without_checklist_are_not_judged(make_ctx, llm_server):
 
 # ----- the report section --------------------------------------------------------------------------
 def test_judging_report_stats_on_hand_built_data(tmp_path):
-    from tests.test_views import build_cases
+    from tests.support.views import build_cases
 
     wh = build_cases(tmp_path / "cases.duckdb")
     zero = {"cache_hit": False, "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.0,

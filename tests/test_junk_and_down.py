@@ -23,7 +23,7 @@ from tasks.gateway import Gateway, ServerUnavailable
 from tasks.gateway.junk import junk_reason
 from tasks.benchmarks.carryon.intents import IntentOut, intent_messages
 from tests.conftest import base_config
-from tests.test_gateway import spec_for
+from tests.support.gateway import spec_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,7 +156,7 @@ def test_a_success_resets_the_count(gateway, llm_server):
 @pytest.mark.e2e
 def test_a_server_that_dies_mid_run_ends_the_run_with_one_line(tmp_path):
     port_file = tmp_path / "port"
-    server = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0",
+    server = subprocess.Popen([sys.executable, "-m", "tests.support.llm_server", "--port", "0",
                                "--port-file", str(port_file), "--latency", "0.2"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

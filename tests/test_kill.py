@@ -7,7 +7,7 @@
   ``open_run`` on the same host (tasks/engine/run.py ``mark_interrupted``).
 
 The end-to-end tests drive ``python -m flows.cli run`` in a subprocess against the loopback
-server run as a process (``python -m tests.llm_server``), with no ``PREFECT_API_URL``, so the
+server run as a process (``python -m tests.support.llm_server``), with no ``PREFECT_API_URL``, so the
 temporary-server path is the one under test (about 10-20 s of start-up each on this box).
 """
 
@@ -98,7 +98,7 @@ def wait_gone(seen: dict, timeout: float = 10.0) -> dict[int, str]:
 def llm_process(tmp_path):
     """The loopback server as a process: (api_base, stats(), configure(**body))."""
     port_file = tmp_path / "llm.port"
-    proc = subprocess.Popen([PY, "-m", "tests.llm_server", "--port", "0", "--port-file", str(port_file)],
+    proc = subprocess.Popen([PY, "-m", "tests.support.llm_server", "--port", "0", "--port-file", str(port_file)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not (port_file.exists() and port_file.read_text().strip()):

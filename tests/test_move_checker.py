@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.benchmarks.carryon.report import fidelity
-from tests.factories import as_episodes
+from tests.support.factories import as_episodes
 from warehouse import Warehouse
 
 

@@ -19,7 +19,7 @@ from tasks.config import load_config
 from tasks.benchmarks.carryon.report import paper_compare as pc
 from tasks.benchmarks.carryon.report.data import load
 from tasks.benchmarks.carryon.report.stat import Stat
-from tests.factories import as_episodes
+from tests.support.factories import as_episodes
 from warehouse import Warehouse
 
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)

@@ -251,7 +251,7 @@ def test_every_paper_figure_draws_labelled_axes_or_says_why(tmp_path, captured):
 
 def test_turn1_bins_figure_has_a_harm_panel(tmp_path, captured):
     from tasks.benchmarks.carryon.report import analyses as an
-    from tests.test_analyses import CONV
+    from tests.support.analyses import CONV
 
     fg.turn1_bins(an.turn1_bins(CONV), tmp_path / "b.png")
     axes = captured[-1].axes

@@ -10,21 +10,10 @@ import pytest
 
 import prompts
 from flows.carryon import carryon
+from tests.support.pipeline import snapshot
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
-
-NUMBERS = [
-    "SELECT * FROM model_summary ORDER BY target",
-    "SELECT * FROM conversation_scores ORDER BY conversation_id",
-    "SELECT * FROM turn_scores ORDER BY conversation_id, turn_index",
-    "SELECT conversation_id, position, role, move, content FROM turns ORDER BY 1, 2",
-    "SELECT count(*) AS n FROM item_judgments",
-]
-
-
-def snapshot(wh):
-    return [wh.query(q) for q in NUMBERS]
 
 
 def run_flow(path, stages="all"):

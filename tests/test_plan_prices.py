@@ -13,11 +13,7 @@ import yaml
 from tasks.config import PriceEntry, load_config
 from tasks.gateway.prices import costs, rates
 from tasks.engine.plan import make_plan
-from tests.test_batch_api import spec_for
-
-
-class _Server:
-    api_base = "http://127.0.0.1:9/v1"
+from tests.support.batch import _Server, spec_for
 
 
 def test_litellm_price_map_rates_for_a_priced_model():
@@ -180,8 +176,7 @@ def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
     code = (
         "import sys; from pathlib import Path\n"
         "from tasks.gateway.prices import costs\n"
-        "from tests.test_plan_prices import _Server\n"
-        "from tests.test_batch_api import spec_for\n"
+        "from tests.support.batch import _Server, spec_for\n"
         f"memo = Path({str(memo)!r})\n"
         "got = costs(spec_for(_Server, model='openai/gpt-4o-mini'), 1e6, 1e6, memo=memo)\n"
         "print(round(got['live'], 6), 'litellm' in sys.modules)\n")

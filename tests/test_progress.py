@@ -105,7 +105,7 @@ def test_a_real_gateway_moves_the_count(tmp_path, llm_server, capsys):
     from dataclasses import replace
 
     from tasks.gateway import Gateway
-    from tests.test_gateway import spec_for
+    from tests.support.gateway import spec_for
 
     gw = Gateway(tmp_path / "cache", "run-progress")
     set_calls(lambda: gateway_calls(gw))

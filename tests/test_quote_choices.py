@@ -13,7 +13,7 @@ from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )
 from tasks.judges.benutil import BenUtilArgs, BenUtilJudge
-from tests.factories import model_spec
+from tests.support.factories import model_spec
 
 
 def test_passages_are_sentences_and_lines_that_are_evidence():

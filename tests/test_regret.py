@@ -28,7 +28,7 @@ from tasks.judges.base import TurnView
 from tasks.benchmarks.regret import planner as planner_mod
 from tasks.benchmarks.regret import responder as responder_mod
 from tasks.users.base import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
-from tests.factories import FakeGateway, by_role
+from tests.support.factories import FakeGateway, by_role
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -874,7 +874,7 @@ def test_plan_run_and_report_of_the_shipped_config(prefect_harness, llm_server, 
 
 
 def test_model_written_text_stays_inside_its_fence():
-    from tests.test_fences import MARK, PAYLOAD, outside_fences
+    from tests.support.fences import MARK, PAYLOAD, outside_fences
 
     item = _item()
     for text in (regret_judge.facet_messages(item, PAYLOAD)[0]["content"],

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from flows.carryon import carryon
 from tasks.gateway import Gateway
-from tests.test_gateway import Verdict, msgs, spec_for
-from tests.test_toy_benchmark import _config, _script
+from tests.support.gateway import Verdict, msgs, spec_for
+from tests.support.toy import _config, _script
 
 
 def _gateway(tmp_path, run_id: str, retry_failed: bool = False) -> Gateway:

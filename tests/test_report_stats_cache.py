@@ -17,7 +17,7 @@ from tasks.benchmarks.carryon.report.writer import write_report
 from tasks.benchmarks.carryon.report.analyses import Stat
 from tasks.benchmarks.carryon.report.failure_modes import FailureRules
 from tasks.benchmarks.carryon.report.stats_cache import stats_once
-from tests.test_report import build_synthetic
+from tests.support.report import build_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ import pytest
 
 from tasks.gateway.shared_limits import (
     TOKEN_TTL_S, SharedLimits, SharedLimitsUnavailable, rate_sizing)
-from tests.llm_server import Faults, LLMServer
-from tests.shard_worker import run_shards
+from tests.support.llm_server import Faults, LLMServer
+from tests.support.shard_worker import run_shards
 
 
 def _api_url() -> str:
@@ -252,7 +252,7 @@ def test_gateway_falls_back_to_its_own_limits_when_prefect_is_down(tmp_path, cap
 
     from tasks.config import GatewayConfig
     from tasks.gateway import Gateway
-    from tests.shard_worker import _spec
+    from tests.support.shard_worker import _spec
 
     server = LLMServer(latency_s=0.02).start()
     try:

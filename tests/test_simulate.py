@@ -735,7 +735,7 @@ def _script_pushback_marker(llm_server):
 def test_content_filter_from_the_loopback_server_is_a_blocked_turn(cfg_path, llm_server):
     """End to end: the server answers finish_reason "content_filter" (the gateway maps it to
     ``content_blocked``)."""
-    from tests.llm_server import answer
+    from tests.support.llm_server import answer
 
     def target(body):
         last = body["messages"][-1]["content"]

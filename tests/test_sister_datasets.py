@@ -21,8 +21,8 @@ from tasks.benchmarks.eyt.personas import NEMOTRON_ORDER, PersonaArgs, Personas,
 from tasks.benchmarks.regret.loader import CigArgs, CigLoader
 from tasks.datasets.fields import DataError
 from tests.fixtures import sister_shapes as S
-from tests.factories import target_failures_only
-from tests.llm_server import default_answer
+from tests.support.factories import target_failures_only
+from tests.support.llm_server import default_answer
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]

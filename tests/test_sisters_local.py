@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tasks.ops import local_model  # noqa: E402
-from tests.factories import target_failures_only  # noqa: E402
+from tests.support.factories import target_failures_only  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
 
 try:

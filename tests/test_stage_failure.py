@@ -14,7 +14,7 @@ from aiohttp import web
 from flows.carryon import carryon
 from tasks.engine.stage_errors import StageFailed, all_failed, causes, is_call_error
 from tests.conftest import base_config
-from tests.llm_server import default_answer
+from tests.support.llm_server import default_answer
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e

@@ -15,8 +15,8 @@ from flows.carryon import carryon
 from tasks.config import load_config
 from tasks.gateway.cache import ResponseCache
 from tasks.benchmarks.carryon.simulate_plan import TARGET_ROLE
-from tests.llm_server import default_answer
-from tests.test_pipeline import snapshot
+from tests.support.llm_server import default_answer
+from tests.support.pipeline import snapshot
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e

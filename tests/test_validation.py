@@ -18,7 +18,7 @@ from tasks.validation import ValidationError
 from tasks.validation import agreement as ag
 from tasks.validation.page import page_data
 from tasks.validation.sample import draw_sample
-from tests.test_report import build_synthetic
+from tests.support.report import build_synthetic
 
 runner = CliRunner()
 

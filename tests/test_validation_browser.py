@@ -16,9 +16,9 @@ from tasks.config import load_config
 from tasks.validation.annotations import import_files
 from tasks.validation.page import write_pages
 from tasks.validation.sample import draw_sample
-from tests.test_report import build_synthetic
-from tests.test_report_browser import CHROMIUM, Page, chromium  # noqa: F401  (fixture)
-from tests.test_report_browser import _open as _session
+from tests.support.report import build_synthetic
+from tests.support.browser import CHROMIUM, Page, chromium  # noqa: F401  (fixture)
+from tests.support.browser import _open as _session
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs /usr/bin/chromium")]

@@ -15,7 +15,7 @@ configurable rates: HTTP 500, HTTP 429 with ``retry-after``, timeouts (the serve
 the client's timeout) and malformed structured output.
 
 Use in-process (``LLMServer().start()`` in a thread) or as a process:
-``python -m tests.llm_server --port 0 --port-file PATH [--latency 0.05]``; the control
+``python -m tests.support.llm_server --port 0 --port-file PATH [--latency 0.05]``; the control
 endpoints ``GET /_stats``, ``POST /_reset`` and ``POST /_config`` serve tests that drive the
 CLI in a subprocess.
 """
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.llm_batch import BatchAPI, BatchFaults
-from tests.llm_providers import ProviderAPIs
+from tests.support.llm_batch import BatchAPI, BatchFaults
+from tests.support.llm_providers import ProviderAPIs
 
 
 @dataclass

@@ -34,7 +34,7 @@ import re
 
 from aiohttp import web
 
-from tests.llm_batch import BatchFaults
+from tests.support.llm_batch import BatchFaults
 
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 JSON_TOOL = "json_tool_call"  # the tool litellm's Anthropic adapter asks for structured output

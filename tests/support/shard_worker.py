@@ -1,6 +1,6 @@
 """One shard of a benchmark run, as its own process: N distinct chat calls through a Gateway.
 
-    python -m tests.shard_worker --api-base URL --calls 150 --max-concurrency 8 --shared|--local
+    python -m tests.support.shard_worker --api-base URL --calls 150 --max-concurrency 8 --shared|--local
                                  [--modes local,shared: both in turn]
 
 ``--local``: only the gateway's own per-process limit applies (``shared_limits: off``).
@@ -27,11 +27,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spec(api_base: str, max_concurrency: int, max_retries: int):
-    from tests.factories import model_spec  # this file runs from the repository root
+    from tests.support.factories import model_spec  # this file runs from the repository root
 
     return model_spec("bench", api_base, max_tokens=32, max_concurrency=max_concurrency,
                       timeout_s=30, max_retries=max_retries, where="bench")
@@ -98,7 +98,7 @@ def run_shards(api_base: str, *, modes: tuple[str, ...] = ("local", "shared"), s
     is warm, call ``reset()`` (the server's counters forget the warm-up), start them together,
     collect their results, then ``counts()`` (the server's figures). One process per shard
     for all modes, so start-up (imports) is paid once."""
-    cmd = [sys.executable, "-m", "tests.shard_worker", "--api-base", api_base,
+    cmd = [sys.executable, "-m", "tests.support.shard_worker", "--api-base", api_base,
            "--calls", str(calls), "--max-concurrency", str(max_concurrency),
            "--max-retries", str(max_retries), "--modes", ",".join(modes)]
     env = {**os.environ, **(env or {})}
