@@ -25,7 +25,7 @@ from tests.support.factories import target_failures_only
 from tests.support.llm_server import default_answer
 from warehouse import Warehouse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PERSONAS = Personas(PersonaArgs())
 
 

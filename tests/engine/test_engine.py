@@ -355,7 +355,7 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
         load_spec(str(bad))
     with pytest.raises(SpecError, match="no spec at"):
         load_spec("no_such_benchmark")
-    # Ben-Util and safety are engine judges any spec may name (tests/test_checklist_bench.py).
+    # Ben-Util and safety are engine judges any spec may name (tests/judges/test_checklist_bench.py).
     good = tmp_path / "benutil.yaml"
     good.write_text("name: bad3\ntitle: Bad\nloader: opensafeintent\n"
                     f"{OSI_LOADER}judges: [benutil, safety]\n"

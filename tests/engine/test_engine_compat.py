@@ -41,17 +41,17 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
-FIXTURE = Path(__file__).parent / "fixtures" / "pre_engine"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pre_engine"
 PORT = 18791  # the port the fixture's cache keys were made with
 # config_hash of the fixture's config before the spec existed (run ids embed it).
 PRE_ENGINE_CONFIG_HASH = "931e92e2b22e051a"
-COMPAT = Path(__file__).parent / "fixtures" / "compat_home"
+COMPAT = Path(__file__).resolve().parents[1] / "fixtures" / "compat_home"
 COMPAT_PORT = 18792  # tests/fixtures/compat_home/make.py's
 BENCHMARKS = ("carryon", "clarify", "opensafeintent", "eyt", "regret", "clarifymt")
 
 
 def _views(wh, names) -> dict:
-    """Each view's rows as sorted JSON, floats to 9 decimals (tests/factories.py ``rounded``:
+    """Each view's rows as sorted JSON, floats to 9 decimals (tests/support/factories.py ``rounded``:
     a mean's last bit depends on the order DuckDB met the rows)."""
     out = {}
     for v in names:
@@ -92,7 +92,7 @@ def test_config_hash_unchanged_by_the_spec():
     # The fixture's config as written (its home path is part of the hash), and the shipped
     # configs as they hashed before the spec and the role table: adding a role must not move them.
     assert load_config(FIXTURE / "config.yaml").config_hash() == PRE_ENGINE_CONFIG_HASH
-    root = Path(__file__).parent.parent
+    root = Path(__file__).resolve().parents[2]
     # configs/demo.yaml changed on purpose when the guard's prompt began to fence the answer it
     # reads: its seeded guard then dropped the demo's one answer, and seed 5 keeps it (the hash
     # was 91a86d9cc1d66b94 before). It changed again on purpose with the xllamacpp server
@@ -172,7 +172,7 @@ def test_home_of_the_six_benchmarks_reruns_with_zero_requests_and_identical_view
 
 
 RENAMED = {"BC": "clarify", "NC": "plain", "oracle": "informed"}
-CARRYON_SPEC = Path(__file__).parent.parent / "tasks" / "benchmarks" / "carryon" / "spec.yaml"
+CARRYON_SPEC = Path(__file__).resolve().parents[2] / "tasks" / "benchmarks" / "carryon" / "spec.yaml"
 
 
 def test_renamed_conditions_keep_cache_and_numbers(prefect_harness, compat_home, tmp_path):

@@ -35,7 +35,7 @@ from tests.conftest import base_config
 from tests.support.llm_server import Faults, LLMServer
 from warehouse import Warehouse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 STAGES = "checklists,episodes,verdicts"  # the report adds no calls and no rows worth checking here
 

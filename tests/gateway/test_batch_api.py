@@ -1,5 +1,5 @@
 """The provider batch path (tasks/gateway/batch.py) against the loopback server's OpenAI batch
-API (tests/llm_batch.py): same answers and cache entries as live calls, nothing sent twice,
+API (tests/support/llm_batch.py): same answers and cache entries as live calls, nothing sent twice,
 resume after a killed process, expired / partly failed / cancelled batches retried live once,
 cached prompt tokens recorded."""
 
@@ -14,7 +14,7 @@ import yaml
 from tasks.config import load_config
 from tasks.gateway import Gateway
 from tasks.gateway.batch import BatchCall, BatchClient
-from tests.support.batch import ROLE, Verdict, calls_for, gateway, home, run_batch, run_live, spec_for  # noqa: F401  (home is a fixture)
+from tests.support.batch import ROLE, Verdict, calls_for, gateway, run_batch, run_live, spec_for  # home: conftest.py
 from tests.support.llm_server import answer
 
 

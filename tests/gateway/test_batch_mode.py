@@ -27,7 +27,7 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JUDGES = ("benutil_judge", "safety_judge")
 ITEM_COLS = "conversation_id, position, item_id, fulfilled, evidence, reason, judgment_set_id"
 SAFETY_COLS = "conversation_id, position, score, reason, judgment_set_id"

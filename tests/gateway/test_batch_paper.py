@@ -1,5 +1,5 @@
 """A run of ``configs/paper.yaml``'s shape with every model ``batch: true``, against the
-loopback fakes of the three batch APIs (tests/llm_batch.py, tests/llm_providers.py): a Gemini
+loopback fakes of the three batch APIs (tests/support/llm_batch.py, tests/support/llm_providers.py): a Gemini
 simulator, move checker and Ben-Util judge, an Anthropic and an OpenAI target, an OpenAI safety
 judge. Every model call of the simulation and judge stages goes through its provider's batch
 API; a ``carryon run`` killed with SIGKILL while the judge stage's batches are out, then run
@@ -25,7 +25,7 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIM_AND_JUDGE = ("targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge")
 CLAUDE_PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cached_input_per_mtok": 0.3}
 

@@ -1,6 +1,6 @@
 """The batch path (tasks/gateway/batch.py) through each provider's batch API on the loopback
-server: OpenAI's (tests/llm_batch.py), Anthropic's Message Batches and the Gemini API's batch
-mode (tests/llm_providers.py). For each: the live answers and cache entries, request lines
+server: OpenAI's (tests/support/llm_batch.py), Anthropic's Message Batches and the Gemini API's batch
+mode (tests/support/llm_providers.py). For each: the live answers and cache entries, request lines
 that are the live request, nothing paid twice after a kill, and the faults (an expired batch,
 a cancelled one, failed lines, a refused submit, a failed poll, results in another order, lost
 results) retried live once."""
@@ -39,7 +39,7 @@ def creates(server, provider) -> int:
     return server.counts[PROVIDERS[provider][2]]
 
 
-# OpenAI's wire is also covered by tests/test_batch_api.py (same answers, faults): here it runs
+# OpenAI's wire is also covered by tests/gateway/test_batch_api.py (same answers, faults): here it runs
 # only the checks that file lacks (results in another order, caps, polls that keep failing).
 every = pytest.mark.parametrize("provider", list(PROVIDERS))
 native = pytest.mark.parametrize("provider", ["anthropic", "gemini"])

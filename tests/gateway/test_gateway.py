@@ -17,7 +17,7 @@ from tasks.gateway import Gateway
 from tasks.gateway.keys import cache_key, normalise_api_base
 from tasks.gateway.limits import RateLimiter
 from tests.support.factories import model_spec
-from tests.support.gateway import ENTRY, Verdict, gateway, msgs, spec_for  # noqa: F401  (gateway is a fixture)
+from tests.support.gateway import ENTRY, Verdict, msgs, spec_for  # the gateway fixture: conftest.py
 from tests.support.llm_server import answer
 
 
@@ -100,7 +100,7 @@ def test_empty_output_is_a_failure_not_cached(gateway, llm_server):
     r = run(gateway.chat(s, "t", msgs("x")))
     assert r.error_kind == "empty_output"
     # Never an answer: the same deterministic request reads back as the same failure
-    # (remembered, tests/test_remembered_failures.py), never as content.
+    # (remembered, tests/gateway/test_remembered_failures.py), never as content.
     again = run(gateway.chat(s, "t", msgs("x")))
     assert not again.ok and again.content is None and again.error_kind == "empty_output"
     assert gateway.cache.get(r.call_hash) is None

@@ -22,7 +22,7 @@ import pytest
 from tasks.gateway.claims import FOLDER, Claims
 from tests.support.interrupt import TimedServer, timed_server  # noqa: F401  (a fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A child: N distinct deterministic calls at once, after litellm is imported and ``go`` exists.
 CHILD = """

@@ -25,7 +25,7 @@ from tasks.benchmarks.carryon.intents import IntentOut, intent_messages
 from tests.conftest import base_config
 from tests.support.gateway import spec_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spec(api_base, **over) -> ModelSpec:

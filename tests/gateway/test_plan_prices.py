@@ -182,7 +182,7 @@ def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
         "print(round(got['live'], 6), 'litellm' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=Path(__file__).resolve().parents[1], check=True).stdout.split()
+                         cwd=Path(__file__).resolve().parents[2], check=True).stdout.split()
     assert out == ["0.75", "False"]
     # The memo is what is read, while litellm reads its local map (this process's setting).
     memo.write_text(json.dumps({k: {"input_cost_per_token": 1.0, "output_cost_per_token": 1.0}

@@ -19,7 +19,7 @@ from flows.cli import app
 from tasks.bench import SpecError, load_spec
 from warehouse import Warehouse
 
-SPEC = Path(__file__).parent / "fixtures" / "checklist_bench" / "spec.yaml"
+SPEC = Path(__file__).resolve().parents[1] / "fixtures" / "checklist_bench" / "spec.yaml"
 runner = CliRunner()
 
 # The target's answers: per question, one answer per exchange (question, then 2 follow-ups).

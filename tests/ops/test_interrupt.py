@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from tasks.ops import interrupt
-from tests.support.interrupt import GRACE_S, TimedServer, _config, _env, timed_server  # noqa: F401  (a fixture)
+from tests.support.interrupt import GRACE_S, TimedServer, _config, _env  # timed_server: conftest.py
 from warehouse import Warehouse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The child: every warehouse write is logged (tables, and the runs row's status) before the
 # CLI runs as ``carryon run`` would.

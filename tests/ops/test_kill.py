@@ -33,7 +33,7 @@ from tests.conftest import base_config
 from warehouse import Warehouse
 from warehouse.schema import Run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 

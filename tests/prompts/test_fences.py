@@ -95,8 +95,9 @@ def test_the_payload_stays_inside_its_fence(name):
 
 # A benchmark's own templates are rendered with the payload by its own test (through its
 # components' builders, which know what each field holds).
-CHECKED_BY = {"clarifymt": "tests/test_clarifymt.py", "regret": "tests/test_regret.py",
-              "eyt": "tests/test_eyt.py"}
+CHECKED_BY = {"clarifymt": "tests/benchmarks/clarifymt/test_clarifymt.py",
+              "regret": "tests/benchmarks/regret/test_regret.py",
+              "eyt": "tests/benchmarks/eyt/test_eyt.py"}
 
 
 def test_every_template_is_classified():

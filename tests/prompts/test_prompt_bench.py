@@ -21,7 +21,7 @@ from tasks.bench import load_spec
 from tasks.judges.rubric import rubric_messages
 from warehouse import Warehouse
 
-SPEC = Path(__file__).parent / "fixtures" / "prompt_bench" / "spec.yaml"
+SPEC = Path(__file__).resolve().parents[1] / "fixtures" / "prompt_bench" / "spec.yaml"
 OWN_RUBRIC = "PROMPT-BENCH HELPFULNESS RUBRIC"
 OWN_GRADER = "PROMPT-BENCH GRADER"
 runner = CliRunner()

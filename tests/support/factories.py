@@ -2,7 +2,7 @@
 and a gateway that records every call and answers by a function of it (``FakeGateway``).
 
 Nothing here starts a server or touches the disk; tests/conftest.py holds the fixtures that do.
-tests/shard_worker.py imports this module from its own process (``python -m tests.support.shard_worker``
+tests/support/shard_worker.py imports this module from its own process (``python -m tests.support.shard_worker``
 from the repository root), so it imports nothing from the test suite.
 """
 

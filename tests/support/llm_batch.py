@@ -1,4 +1,4 @@
-"""The OpenAI batch API of the loopback server (``tests/llm_server.py``), for hermetic tests.
+"""The OpenAI batch API of the loopback server (``tests/support/llm_server.py``), for hermetic tests.
 
 Routes, under ``/v1`` and without it, as the OpenAI SDK inside litellm calls them:
 ``POST /files`` (multipart: ``file``, ``purpose``), ``GET /files/{id}/content``,
@@ -11,7 +11,7 @@ role a script is chosen by comes from the batch's ``metadata["carryon_role"]`` (
 carry it in the ``x-carryon-role`` header).
 
 Batch faults (``server.batch_faults``, see ``BatchFaults``) apply to batches created while
-they are set, here and in the Anthropic and Gemini batch APIs (tests/llm_providers.py). Every request counts in ``counts["total"]`` and in ``counts[route]`` (e.g.
+they are set, here and in the Anthropic and Gemini batch APIs (tests/support/llm_providers.py). Every request counts in ``counts["total"]`` and in ``counts[route]`` (e.g.
 ``counts["POST /v1/batches"]``); each answered line counts in ``counts["batch_lines"]`` and
 ``counts["batch_line:<role>"]`` (not in ``counts[role]``, which stays the live requests).
 """

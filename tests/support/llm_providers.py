@@ -1,4 +1,4 @@
-"""Anthropic's and Gemini's APIs on the loopback server (``tests/llm_server.py``), live and
+"""Anthropic's and Gemini's APIs on the loopback server (``tests/support/llm_server.py``), live and
 batch, for hermetic tests. Written from the providers' published references:
 
 Anthropic (docs.anthropic.com / platform.claude.com, "Messages" and "Message Batches"):
@@ -21,7 +21,7 @@ Gemini API (ai.google.dev/api/batch-api, /gemini-api/docs/batch-mode):
 Each request is answered by the server's live chat handler (``LLMServer._answer``) on the
 OpenAI-shaped body the provider request stands for, so a live call and a batch line of the
 same request get the same answer. Batch faults are the server's ``batch_faults``
-(tests/llm_batch.py ``BatchFaults``), shared with its OpenAI batch API; ``shuffle`` returns the
+(tests/support/llm_batch.py ``BatchFaults``), shared with its OpenAI batch API; ``shuffle`` returns the
 result lines in reverse order. Counts: ``counts[role]`` for live requests, ``batch_lines`` and
 ``batch_line:<role>`` for answered lines, ``counts["<METHOD> <route>"]`` per route.
 """

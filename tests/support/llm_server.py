@@ -1,8 +1,8 @@
 """A loopback LLM server that speaks the OpenAI HTTP API, for hermetic tests and benchmarks.
 
 It answers ``/v1/chat/completions`` and ``/v1/completions`` so the real litellm HTTP path is
-exercised, the OpenAI batch API (files and batches: ``tests/llm_batch.py``), and Anthropic's
-and Gemini's live and batch APIs (``tests/llm_providers.py``). Answers are deterministic functions of the request:
+exercised, the OpenAI batch API (files and batches: ``tests/support/llm_batch.py``), and Anthropic's
+and Gemini's live and batch APIs (``tests/support/llm_providers.py``). Answers are deterministic functions of the request:
 
 - structured requests (``response_format`` with a JSON schema) get a schema-valid instance
   whose booleans and integers vary with a hash of the prompt;
@@ -183,10 +183,10 @@ class LLMServer:
         self.inflight = 0
         self.max_inflight = 0
         self._rng = random.Random(self.faults.seed)
-        # The OpenAI batch API (tests/llm_batch.py) and its faults.
+        # The OpenAI batch API (tests/support/llm_batch.py) and its faults.
         self.batch_faults = BatchFaults()
         self.batch = BatchAPI(self)
-        # Anthropic's and Gemini's live and batch APIs (tests/llm_providers.py).
+        # Anthropic's and Gemini's live and batch APIs (tests/support/llm_providers.py).
         self.providers = ProviderAPIs(self)
         self.port: int | None = None
         self._runner = None

@@ -11,7 +11,7 @@ The gateway's worker processes follow CARRYON_GATEWAY_WORKERS (the tests set 0).
 Per mode the worker warms up (imports, one call, the shared limits' setup), prints ``ready``,
 waits for a line on stdin, runs, and prints one JSON line of results; before the next mode's
 warm-up it waits for another line, sent once every shard's results are in. ``run_shards`` starts
-several at once and starts each run in all of them together, so they overlap: the test (tests/test_shared_limits.py) and perf/shard_limits.py.
+several at once and starts each run in all of them together, so they overlap: the test (tests/gateway/test_shared_limits.py) and perf/shard_limits.py.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_bulk_write_is_fast_enough_for_a_stage(wh):
 
 def test_unwritable_home_is_a_clear_error(tmp_path):
     # Root ignores directory permissions (CI runs as root), so the home is made impossible
-    # the root-proof way: a path under a regular file (as tests/test_cache_faults.py does).
+    # the root-proof way: a path under a regular file (as tests/gateway/test_cache_faults.py does).
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(WarehouseError, match=r"file/sub: cannot create the home folder: Not a directory"):
@@ -111,7 +111,7 @@ def test_a_command_starts_without_sqlalchemy():
             "print(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'warehouse.schema', 'litellm') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
+                         cwd=Path(__file__).resolve().parents[2]).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
@@ -144,7 +144,8 @@ def test_a_merge_refuses_a_source_an_older_version_wrote_until_it_is_opened(tmp_
     from warehouse.merge import MergeError, merge_warehouses
 
     home = tmp_path / "old"
-    with tarfile.open(Path(__file__).parent / "fixtures" / "compat_home" / "home.tar.gz") as tar:
+    compat = Path(__file__).resolve().parents[1] / "fixtures" / "compat_home"
+    with tarfile.open(compat / "home.tar.gz") as tar:
         tar.extractall(home, filter="data")
     shard = home / "warehouse.duckdb"
     with pytest.raises(MergeError, match=r"old/warehouse.duckdb: written by an older version "

@@ -17,7 +17,7 @@ from tasks.benchmarks.carryon.queries import (
     load_sorrybench, query_id, run_queries, select_queries, store_queries,
 )
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def cfg_file(tmp_path, **dataset) -> Path:

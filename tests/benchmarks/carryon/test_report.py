@@ -170,7 +170,7 @@ def test_report_model_summary_numbers_are_the_hand_computed_ones(tmp_path, write
     rows = {r["target"]: r for r in md_table_by_header(md, "## Model summary (Table 2)")}
     assert sorted(rows) == ["C", "D"]
     got = {t: {h: _num(v) for h, v in r.items() if h != "target"} for t, r in rows.items()}
-    # Worked out from the rows in tests/test_views.py (CASES), not from the views:
+    # Worked out from the rows in tests/support/views.py (CASES), not from the views:
     # C  Turn 1: per query q3 (4 BC convs, all 0 at turn 1) = 0, q4 no checklist -> left out,
     #      q5 50 -> (0 + 50) / 2 = 25.00.  Oracle: oC3 1 of 3 items = 33.33, oC5 2 of 2 = 100
     #      -> 66.67.  BC: bC1 0/3 = 0, bC2 2/2 known = 100, bC3 2/3 = 66.67, bC4 1/1 known = 100,

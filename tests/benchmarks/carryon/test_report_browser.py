@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tasks.benchmarks.carryon.report.writer import FIGURES
-from tests.support.browser import CHROMIUM, Page, _open, chromium  # noqa: F401  (a fixture)
+from tests.support.browser import CHROMIUM, Page, _open  # the chromium fixture: conftest.py
 from tests.support.report import build_synthetic
 
 pytestmark = [pytest.mark.browser,
@@ -71,7 +71,8 @@ def test_episode_benchmark_page_in_chromium(chromium, tmp_path):
     from tasks.report.assemble import write
     from warehouse import Warehouse
 
-    spec = os.path.join(os.path.dirname(__file__), "fixtures", "checklist_bench", "spec.yaml")
+    tests_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = os.path.join(tests_dir, "fixtures", "checklist_bench", "spec.yaml")
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({
         "benchmark": spec, "home": str(tmp_path / "home"), "dataset": {"source": "sample"},

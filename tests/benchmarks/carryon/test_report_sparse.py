@@ -21,7 +21,8 @@ from tasks.benchmarks.carryon.report.writer import ANALYSIS_FAILED, FIGURE_FAILE
 from tests.support.sparse import RUN_ID, STATUSES, TARGETS, Sparse, build
 
 # A whole report (figures, bootstrap intervals) per case and a property test over random
-# warehouses: ~2 min on 2 cores. --all only; tests/test_report.py covers the report by default.
+# warehouses: ~2 min on 2 cores. --all only; tests/benchmarks/carryon/test_report.py covers the
+# report by default.
 pytestmark = pytest.mark.slow
 
 

@@ -19,7 +19,7 @@ from tasks.benchmarks.carryon.report.failure_modes import FailureRules
 from tasks.benchmarks.carryon.report.stats_cache import stats_once
 from tests.support.report import build_synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclasses.dataclass

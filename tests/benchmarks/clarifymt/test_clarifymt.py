@@ -30,7 +30,7 @@ from tasks.targets import Reply, Seat
 from tasks.users.base import ANSWERED, SINGLE_TURN, EpisodeState, PolicyEnv, Stop, UserTurn
 from warehouse import Warehouse
 
-FIX = Path(__file__).parent / "fixtures" / "clarifymt"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "clarifymt"
 SAMPLE = json.loads(loaders.SAMPLE.read_text())
 
 

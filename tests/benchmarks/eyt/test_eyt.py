@@ -534,7 +534,7 @@ def test_section_says_why_when_a_curve_is_empty(tmp_path):
 
 # ----- end to end against the loopback server ------------------------------------------------
 def _vector(text: str) -> list[float]:
-    """The loopback server's embedding of a text (tests/llm_server.py)."""
+    """The loopback server's embedding of a text (tests/support/llm_server.py)."""
     return [b / 255.0 for b in hashlib.sha256(text.encode()).digest()[:8]]
 
 

@@ -31,7 +31,7 @@ from tasks.users.base import ANSWERED, EpisodeState, PolicyEnv, Stop, UserTurn
 from tests.support.factories import FakeGateway, by_role
 from warehouse import Warehouse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def graph(*intents, cig_id="g") -> Graph:
