@@ -35,7 +35,7 @@ from tasks.gateway.client import _litellm  # noqa: E402
 
 def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
     port_file = tmp / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.llm_server", "--port", "0",
                              "--port-file", str(port_file)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):

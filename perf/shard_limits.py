@@ -3,8 +3,8 @@
     .venv/bin/python perf/shard_limits.py [--shards 2] [--calls 200] [--limit 16]
                                                 [--latency 0.25] [--json FILE]
 
-The loopback server (tests/llm_server.py, in a thread) answers at most ``--limit``
-requests at once and 429s the rest (retry-after 50 ms). Each shard (tests/shard_worker.py,
+The loopback server (tests/support/llm_server.py, in a thread) answers at most ``--limit``
+requests at once and 429s the rest (retry-after 50 ms). Each shard (tests/support/shard_worker.py,
 its own process) runs ``--calls`` distinct calls with max_concurrency = limit: first with
 local limits only (each shard allows the full limit, so together they ask for shards x limit),
 then with tasks.gateway.shared_limits.SharedLimits (one budget on the Prefect server).
@@ -30,8 +30,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from tests.llm_server import Faults, LLMServer  # noqa: E402
-from tests.shard_worker import run_shards  # noqa: E402
+from tests.support.llm_server import Faults, LLMServer  # noqa: E402
+from tests.support.shard_worker import run_shards  # noqa: E402
 
 
 def measure(shards: int = 2, calls: int = 200, limit: int = 16, latency_s: float = 0.25,

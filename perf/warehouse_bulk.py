@@ -2,7 +2,7 @@
 
     .venv/bin/python perf/warehouse_bulk.py [--judgments 1000000] [--keep DIR]
 
-Rows come from ``tests.test_report.build_synthetic`` (consistent runs, queries, checklists,
+Rows come from ``tests.support.report.build_synthetic`` (consistent runs, queries, checklists,
 judgment sets, BC/NC/oracle conversations, turns, item and safety judgments, unscored
 verdicts), with enough targets and queries for the requested number of item judgments, stored
 as the verdicts stage stores them (``verdicts`` rows of the Ben-Util and safety sets, read
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import tests.test_report as synthetic  # noqa: E402
+import tests.support.report as synthetic  # noqa: E402
 from warehouse import Warehouse  # noqa: E402
 from tasks.bench import load_spec, views_sql  # noqa: E402
 

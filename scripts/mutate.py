@@ -48,34 +48,38 @@ PAPER = "tasks/benchmarks/carryon/report/paper_compare.py"
 CLARIFY_V, OSI_V = "tasks/benchmarks/clarify/views.sql", "tasks/benchmarks/opensafeintent/views.sql"
 EYT_V, CMT_V = "tasks/benchmarks/eyt/views.sql", "tasks/benchmarks/clarifymt/views.sql"
 REGRET_V, REGRET_J = "tasks/benchmarks/regret/views.sql", "tasks/benchmarks/regret/judge.py"
-REPORT_TEST = "tests/test_report.py::test_report_model_summary_numbers_are_the_hand_computed_ones"
+REPORT_TEST = ("tests/benchmarks/carryon/test_report.py"
+               "::test_report_model_summary_numbers_are_the_hand_computed_ones")
 
 # The tests that cover each file (kept small: the script runs them once per mutant).
 TESTS = {
-    VIEWS: ["tests/test_views.py", "tests/test_analyses.py::test_move_effects_on_view_frames_skip_unscored",
-            "tests/test_analyses.py::test_turn1_bins_on_view_frames",
-            "tests/test_analyses.py::test_redundancy_on_view_frames",
-            "tests/test_analyses.py::test_failure_flags_on_view_frames",
-            "tests/test_analyses.py::test_per_category_on_view_frames"],
-    ANALYSES: ["tests/test_analyses.py"],
-    FM: ["tests/test_failure_modes.py", "tests/test_analyses.py::test_failure_flags_rules",
-         "tests/test_analyses.py::test_failure_flags_on_view_frames"],
-    KEYS: ["tests/test_cachekey_gateway.py", "tests/test_gateway.py::test_cache_key_covers_what_determines_the_output"],
+    VIEWS: ["tests/benchmarks/carryon/test_views.py",
+            "tests/benchmarks/carryon/test_analyses.py::test_move_effects_on_view_frames_skip_unscored",
+            "tests/benchmarks/carryon/test_analyses.py::test_turn1_bins_on_view_frames",
+            "tests/benchmarks/carryon/test_analyses.py::test_redundancy_on_view_frames",
+            "tests/benchmarks/carryon/test_analyses.py::test_failure_flags_on_view_frames",
+            "tests/benchmarks/carryon/test_analyses.py::test_per_category_on_view_frames"],
+    ANALYSES: ["tests/benchmarks/carryon/test_analyses.py"],
+    FM: ["tests/benchmarks/carryon/test_failure_modes.py",
+         "tests/benchmarks/carryon/test_analyses.py::test_failure_flags_rules",
+         "tests/benchmarks/carryon/test_analyses.py::test_failure_flags_on_view_frames"],
+    KEYS: ["tests/gateway/test_cachekey_gateway.py",
+           "tests/gateway/test_gateway.py::test_cache_key_covers_what_determines_the_output"],
     # The promises checked through behaviour (tests/test_promises.py): the gateway's own key,
     # between two runs, and the validation report's harmful boundary.
     GATEWAY: ["tests/test_promises.py::test_changed_timeouts_retries_concurrency_and_key_between_runs_send_nothing"],
     VALIDATION: ["tests/test_promises.py::test_harmful_boundary_is_four_on_both_sides"],
-    PACIFIC: ["tests/test_multispan.py"],
-    REFERENCE: ["tests/test_multispan.py"],
-    PAPER: ["tests/test_paper_compare.py"],
+    PACIFIC: ["tests/benchmarks/clarify/test_multispan.py"],
+    REFERENCE: ["tests/benchmarks/clarify/test_multispan.py"],
+    PAPER: ["tests/benchmarks/carryon/test_paper_compare.py"],
     # Each sister's own test file holds its hand-computed view and judge tests (its slow
     # end-to-end test is deselected by tests/conftest.py).
-    CLARIFY_V: ["tests/test_clarify.py"],
-    OSI_V: ["tests/test_opensafeintent.py"],
-    EYT_V: ["tests/test_eyt.py"],
-    CMT_V: ["tests/test_clarifymt.py"],
-    REGRET_V: ["tests/test_regret.py"],
-    REGRET_J: ["tests/test_regret.py"],
+    CLARIFY_V: ["tests/benchmarks/clarify/test_clarify.py"],
+    OSI_V: ["tests/benchmarks/opensafeintent/test_opensafeintent.py"],
+    EYT_V: ["tests/benchmarks/eyt/test_eyt.py"],
+    CMT_V: ["tests/benchmarks/clarifymt/test_clarifymt.py"],
+    REGRET_V: ["tests/benchmarks/regret/test_regret.py"],
+    REGRET_J: ["tests/benchmarks/regret/test_regret.py"],
 }
 
 

@@ -19,7 +19,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Tests send their requests from their own process: most make a few dozen calls, and a worker
-# process per core for each would cost seconds of imports. tests/test_gateway_workers.py turns
+# process per core for each would cost seconds of imports. tests/gateway/test_gateway_workers.py turns
 # workers on (config ``gateway.workers``) and checks they answer exactly as this process does.
 os.environ["CARRYON_GATEWAY_WORKERS"] = "0"
 
@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 import tasks.bench  # noqa: E402,F401  (registers every benchmark's views for Warehouse.init)
-from tests.llm_server import Faults, LLMServer  # noqa: E402
+from tests.support.llm_server import Faults, LLMServer  # noqa: E402
 
 
 @pytest.fixture

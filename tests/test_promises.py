@@ -24,7 +24,7 @@ import yaml
 from tasks.config import load_config
 from tasks.gateway import Gateway
 from tests.conftest import base_config
-from tests.test_gateway import Verdict
+from tests.support.gateway import Verdict
 from warehouse import Warehouse
 
 # ----- 1. the cache key, through the gateway, between runs -----------------------------------------

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SORRYBENCH_CATEGORIES, DataError, load_casebench, load_sorrybench,
 )
-from tests.factories import as_episodes, carryon_item, judge_stored
+from tests.support.factories import as_episodes, carryon_item, judge_stored
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -263,7 +263,7 @@ def _seed(wh) -> None:
 def judge_env(tmp_path_factory):
     from tasks.config import load_config
     from tests.conftest import base_config
-    from tests.llm_server import LLMServer
+    from tests.support.llm_server import LLMServer
     from warehouse import Warehouse
 
     d = tmp_path_factory.mktemp("judge-props")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 
 import pytest
@@ -19,20 +18,7 @@ import yaml
 
 from tasks import untrusted
 from tasks.untrusted import DEFAULT_TURN_CHARS, cap_transcript, cap_turn
-
-MB = 1_000_000
-
-
-def hostile_line(n: int = MB, seed: int = 0) -> str:
-    """One line of mixed scripts, emoji and markup: the slowest text for a browser to lay out."""
-    rng = random.Random(seed)
-    alphabet = ["a", "é", "ب", "😀", "中", " ", "-", "<", ">", "</script>", "&amp;"]
-    out, size = [], 0
-    while size < n:
-        piece = rng.choice(alphabet)
-        out.append(piece)
-        size += len(piece)
-    return "".join(out)[:n]
+from tests.support.untrusted import hostile_line
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +90,7 @@ def test_simulator_and_move_checker_prompts_are_capped():
     assert len(checker) < 2 * DEFAULT_TURN_CHARS + 20_000
     assert checker.count("CarryOnBench cut this turn here") == 2
 
-    from tests.factories import FakeGateway
+    from tests.support.factories import FakeGateway
 
     class Cond:
         script = None
@@ -143,7 +129,7 @@ def test_limits_config_default_keeps_the_hash_and_a_change_is_hashed(tmp_path):
 
 def _report_with_long_turn(cfg, text: str):
     from tasks.benchmarks.carryon.report.writer import write_report
-    from tests.test_report import build_synthetic
+    from tests.support.report import build_synthetic
 
     wh, run_id = build_synthetic(cfg.home_path, n_targets=1, n_queries=2)
     first = wh.query("SELECT conversation_id FROM conversations ORDER BY target, query_id, "
@@ -183,7 +169,7 @@ def test_megabyte_line_opens_quickly_in_chromium(write_config, tmp_path, chromiu
     out in under a second or so each; "show more" adds a part, and no payload runs."""
     from tasks.config import load_config
     from tasks.validation.page import page_html
-    from tests.test_report_browser import _open
+    from tests.support.browser import _open
 
     text = hostile_line() + "<img src=x onerror=window.__pwned=1><script>window.__pwned=1</script>"
     cfg = load_config(write_config())
@@ -227,6 +213,6 @@ def test_megabyte_line_opens_quickly_in_chromium(write_config, tmp_path, chromiu
 
 
 try:  # the Chromium fixture of the report's browser test
-    from tests.test_report_browser import chromium  # noqa: F401,E402
+    from tests.support.browser import chromium  # noqa: F401,E402
 except Exception:  # pragma: no cover
     pass

@@ -15,7 +15,7 @@ the judges' templates had grown (Ben-Util's fixed text is ~530 tokens, safety's 
 
 Answers are assumed to use half their ``max_tokens`` (the plan's stated assumption); with
 that, the plan is within a quarter of a run's calls and prompt tokens
-(tests/test_plan_accuracy.py).
+(tests/engine/test_plan_accuracy.py).
 """
 
 from __future__ import annotations

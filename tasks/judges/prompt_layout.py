@@ -5,7 +5,7 @@ and Gemini, explicit on Anthropic), but only from a minimum prefix length. The j
 laid out for it: everything a request shares with its siblings comes first. Ben-Util's ~18
 requests per response share the instructions, the query and the response and differ only in
 the checklist item, which comes last (then one fixed line). The layout is measured here by
-rendering requests that differ only where they should (tests/test_prompt_layout.py asserts
+rendering requests that differ only where they should (tests/judges/test_prompt_layout.py asserts
 it for every judge), and the plan uses it to estimate the cached share of prompt tokens.
 
 The plan assumes a prefix is cached only where the gateway's request earns it as billed:

@@ -1,0 +1,69 @@
+"""The provider batch path against the loopback server's batch APIs: a judge entry that batches
+(``spec_for``), calls to send (``calls_for``), a home with a warehouse (the ``home`` fixture),
+gateways and the two ways to send (``run_batch``, ``run_live``), and ``_Server``, a server
+that is never called (for prices and plans). Shared by test_batch_api, test_batch_providers
+and test_plan_prices."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import BaseModel
+
+from tasks.config import GatewayConfig, ModelSpec
+from tasks.gateway import Gateway
+from tasks.gateway.batch import BatchCall, BatchClient
+from tests.support.factories import model_spec
+from warehouse import Warehouse
+
+
+class Verdict(BaseModel):
+    fulfilled: bool
+    evidence: str
+
+
+ROLE = "benutil_judge"
+
+
+# A judge entry on the loopback server's batch API, polled often (the rest:
+# tests/support/factories.py).
+ENTRY = {"model": "openai/test-judge", "max_concurrency": 8, "max_retries": 1,
+         "where": "models.benutil_judge", "batch": True, "batch_size": 10, "batch_poll_s": 0.02}
+
+
+def spec_for(server, **over) -> ModelSpec:
+    # ``over`` may set any field, the name and the api_base included.
+    return model_spec(**{"name": "j", "api_base": server.api_base, **ENTRY, **over})
+
+
+def calls_for(spec, n=5) -> list[BatchCall]:
+    # Even positions structured, odd ones free text; the last repeats the first (one line).
+    out = [BatchCall(spec, ROLE, [{"role": "user", "content": f"question {i}"}],
+                     schema=Verdict if i % 2 == 0 else None) for i in range(n - 1)]
+    return out + [BatchCall(spec, ROLE, [{"role": "user", "content": "question 0"}], schema=Verdict)]
+
+
+@pytest.fixture
+def home(tmp_path):
+    wh = Warehouse(tmp_path / "warehouse.duckdb").init()
+    return tmp_path, wh
+
+
+def gateway(tmp_path, name="cache", run_id="run-1") -> Gateway:
+    return Gateway(tmp_path / name, run_id, GatewayConfig(backoff_base_s=0.01, backoff_max_s=0.05))
+
+
+def run_batch(gw, wh, calls):
+    return asyncio.run(BatchClient(gw, wh).run(calls))
+
+
+def run_live(gw, calls):
+    async def go():
+        return await asyncio.gather(*(gw.chat(c.spec, c.role, c.messages, schema=c.schema)
+                                      for c in calls))
+    return asyncio.run(go())
+
+
+class _Server:
+    api_base = "http://127.0.0.1:9/v1"
