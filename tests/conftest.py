@@ -29,6 +29,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 import tasks.bench  # noqa: E402,F401  (registers every benchmark's views for Warehouse.init)
+from tests.support.factories import base_config  # noqa: E402
 from tests.support.llm_server import Faults, LLMServer  # noqa: E402
 
 
@@ -49,36 +50,6 @@ def _isolated_env(monkeypatch, tmp_path):
     from tasks import bench
 
     monkeypatch.setattr(bench, "_LOADED_VIEWS", dict(bench._LOADED_VIEWS))
-
-
-def base_config(api_base: str, home: Path, **over) -> dict:
-    """A small config with every role on the loopback server (two ensemble... three, to
-    satisfy min_harmless=3)."""
-    m = "openai/test-"
-    cfg = {
-        "home": str(home),
-        "seed": 0,
-        "dataset": {"source": "sample", "path": None, "limit": 2},
-        "flows": {"lengths": [4, 6], "bc_per_length": 2, "nc_per_length": 1},
-        "models": {
-            "defaults": {"api_base": api_base, "temperature": 0.0, "max_tokens": 256,
-                         "max_concurrency": 8, "timeout_s": 5, "max_retries": 3},
-            "targets": [{"name": "target-a", "model": m + "target-a"}],
-            "user_simulator": {"model": m + "sim", "temperature": 1.0},
-            "intent_rewriter": {"model": m + "helper"},
-            "ensemble": [{"name": f"ens-{i}", "model": f"{m}ens-{i}"} for i in (1, 2, 3)],
-            "wildguard": {"model": m + "wildguard", "mode": "chat"},
-            "decomposer": {"model": m + "helper"},
-            "merger": {"model": m + "helper"},
-            "misuse_filter": {"model": m + "helper"},
-            "benutil_judge": {"model": m + "judge"},
-            "safety_judge": {"model": m + "judge"},
-        },
-        "gateway": {"backoff_base_s": 0.01, "backoff_max_s": 0.2},
-    }
-    for key, value in over.items():
-        cfg[key] = value
-    return cfg
 
 
 @pytest.fixture

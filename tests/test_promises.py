@@ -23,7 +23,7 @@ import yaml
 
 from tasks.config import load_config
 from tasks.gateway import Gateway
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.gateway import Verdict
 from warehouse import Warehouse
 

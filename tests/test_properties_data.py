@@ -262,7 +262,7 @@ def _seed(wh) -> None:
 @pytest.fixture(scope="module")
 def judge_env(tmp_path_factory):
     from tasks.config import load_config
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
     from tests.support.llm_server import LLMServer
     from warehouse import Warehouse
 

@@ -104,7 +104,7 @@ def test_simulator_and_move_checker_prompts_are_capped():
 
 def test_limits_config_default_keeps_the_hash_and_a_change_is_hashed(tmp_path):
     from tasks.config import load_config
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     def hash_of(**over):
         path = tmp_path / f"c{len(over)}-{over.get('limits', {}).get('prompt_turn_chars', 0)}.yaml"

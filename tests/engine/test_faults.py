@@ -31,7 +31,7 @@ import yaml
 from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401  (registers the tables whose keys are checked)
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.llm_server import Faults, LLMServer
 from warehouse import Warehouse
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from flows.carryon import carryon
 from tasks.engine.stage_errors import StageFailed, all_failed, causes, is_call_error
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.llm_server import default_answer
 from warehouse import Warehouse
 

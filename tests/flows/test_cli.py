@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tests.conftest import base_config
+from tests.support.factories import base_config
 
 runner = CliRunner()
 

@@ -32,7 +32,7 @@ from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401
 from tasks.ops import prefect_server
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from warehouse import Warehouse
 from warehouse.merge import MergeError, merge_warehouses, resolve_warehouse
 

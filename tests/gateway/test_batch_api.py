@@ -199,7 +199,7 @@ def test_models_without_batch_are_called_live(llm_server, home):
 
 
 def test_batch_settings_parse_and_stay_out_of_hashes_and_keys(tmp_path):
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
     plain = tmp_path / "plain.yaml"

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from flows.carryon import carryon
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.e2e

@@ -330,7 +330,7 @@ def test_reasoning_controls_from_config(tmp_path):
     import yaml
 
     from tasks.config import ConfigError, load_config
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     cfg = base_config("http://127.0.0.1:1/v1", tmp_path)
     cfg["models"]["safety_judge"] = {"model": "openai/j", "reasoning_effort": "minimal",

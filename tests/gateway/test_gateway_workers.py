@@ -22,7 +22,7 @@ from tasks.config import GatewayConfig, ModelSpec
 from tasks.gateway import Gateway
 from tasks.gateway import workers
 from tasks.gateway.workers import worker_count
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.factories import rounded
 from tests.support.llm_server import Faults, LLMServer
 from tests.support.gateway import Verdict

@@ -22,7 +22,7 @@ from tasks.config import GatewayConfig, ModelSpec
 from tasks.gateway import Gateway, ServerUnavailable
 from tasks.gateway.junk import junk_reason
 from tasks.benchmarks.carryon.intents import IntentOut, intent_messages
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.gateway import spec_for
 
 ROOT = Path(__file__).resolve().parents[2]

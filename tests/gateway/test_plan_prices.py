@@ -42,7 +42,7 @@ def test_config_price_overrides_litellm_and_unpriced_models_are_blank():
 
 
 def test_plan_prints_live_batch_and_cached_columns(tmp_path):
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
     plain = tmp_path / "plain.yaml"
@@ -77,7 +77,7 @@ def test_plan_prints_live_batch_and_cached_columns(tmp_path):
 
 
 def test_plan_prices_benutil_prompt_caching_from_the_layout(tmp_path):
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
     from tasks.judges.prompt_layout import benutil_layout
 
     cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
@@ -123,7 +123,7 @@ def test_report_cost_section_beside_the_plan(tmp_path):
     import json
 
     from tasks.benchmarks.carryon.report import cost
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
     from warehouse import Warehouse
 
     cfg = load_config(_write(tmp_path, base_config("http://127.0.0.1:9/v1", tmp_path / "home")))
@@ -197,7 +197,7 @@ def test_plan_prices_batch_only_where_this_version_submits_one(tmp_path):
     """batch_usd is the batch price where the provider's batch path exists here (OpenAI,
     Anthropic, Gemini) and the live price where it does not (Vertex AI, Together); the notes
     name every entry that says batch: true and is called live anyway, and why."""
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     cfg = base_config("http://127.0.0.1:9/v1", tmp_path / "home")
     price = {"input_per_mtok": 2.0, "output_per_mtok": 8.0, "cached_input_per_mtok": 0.5}

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tasks.ops.ephemeral import MARK
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from warehouse import Warehouse
 from warehouse.schema import Run
 

@@ -1,9 +1,11 @@
-"""Test factories shared by the test files: a model entry with test defaults (``model_spec``)
-and a gateway that records every call and answers by a function of it (``FakeGateway``).
+"""Test factories shared by the test files: a model entry with test defaults (``model_spec``),
+a gateway that records every call and answers by a function of it (``FakeGateway``), and a
+small config with every role on the loopback server (``base_config``).
 
 Nothing here starts a server or touches the disk; tests/conftest.py holds the fixtures that do.
-tests/support/shard_worker.py imports this module from its own process (``python -m tests.support.shard_worker``
-from the repository root), so it imports nothing from the test suite.
+tests/support/shard_worker.py imports this module from its own process
+(``python -m tests.support.shard_worker`` from the repository root), so it imports nothing
+from the test suite.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel
@@ -202,3 +205,33 @@ def carryon_item(query_id: str, query: str, source_row: int = 0) -> dict:
     return {"benchmark": "carryon", "item_id": query_id, "source_row": source_row,
             "prompts": json.dumps({"query": query}), "hidden": "{}", "meta": "{}",
             "run_id": None}
+
+
+def base_config(api_base: str, home: Path, **over) -> dict:
+    """A small config with every role on the loopback server (two ensemble... three, to
+    satisfy min_harmless=3)."""
+    m = "openai/test-"
+    cfg = {
+        "home": str(home),
+        "seed": 0,
+        "dataset": {"source": "sample", "path": None, "limit": 2},
+        "flows": {"lengths": [4, 6], "bc_per_length": 2, "nc_per_length": 1},
+        "models": {
+            "defaults": {"api_base": api_base, "temperature": 0.0, "max_tokens": 256,
+                         "max_concurrency": 8, "timeout_s": 5, "max_retries": 3},
+            "targets": [{"name": "target-a", "model": m + "target-a"}],
+            "user_simulator": {"model": m + "sim", "temperature": 1.0},
+            "intent_rewriter": {"model": m + "helper"},
+            "ensemble": [{"name": f"ens-{i}", "model": f"{m}ens-{i}"} for i in (1, 2, 3)],
+            "wildguard": {"model": m + "wildguard", "mode": "chat"},
+            "decomposer": {"model": m + "helper"},
+            "merger": {"model": m + "helper"},
+            "misuse_filter": {"model": m + "helper"},
+            "benutil_judge": {"model": m + "judge"},
+            "safety_judge": {"model": m + "judge"},
+        },
+        "gateway": {"backoff_base_s": 0.01, "backoff_max_s": 0.2},
+    }
+    for key, value in over.items():
+        cfg[key] = value
+    return cfg

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.llm_server import LLMServer
 
 GRACE_S = 3.0

@@ -122,6 +122,6 @@ def run_all(ctx, episode_ids=None):
 
 
 def base_models(llm_server):
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
 
     return base_config(llm_server.api_base, "unused")["models"]

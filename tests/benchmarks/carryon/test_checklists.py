@@ -18,7 +18,7 @@ from tasks.config import ConfigError
 from tasks.benchmarks.carryon.queries import QueryRow, run_queries
 from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
 from tasks.engine.run import finish_run, open_run
-from tests.conftest import base_config
+from tests.support.factories import base_config
 from tests.support.llm_server import answer
 
 ENS = ["ens-1", "ens-2", "ens-3"]

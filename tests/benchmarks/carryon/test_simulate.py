@@ -75,7 +75,7 @@ def _run(ctx, queries=QUERIES):
 @pytest.fixture
 def cfg_path(write_config, llm_server):
     def make(share=True, n_targets=2, lengths=(4, 6, 8, 10, 12), **target_over):
-        from tests.conftest import base_config
+        from tests.support.factories import base_config
         base = base_config(llm_server.api_base, "unused")
         models = dict(base["models"],
                       targets=[dict(t, **target_over) for t in TWO_TARGETS[:n_targets]])
@@ -463,7 +463,7 @@ def test_plan_at_paper_scale():
 
 # ----- the move checker ------------------------------------------------------------------------
 def _checker_cfg(cfg_path, write_config, llm_server, lengths=(4, 6), **move_check):
-    from tests.conftest import base_config
+    from tests.support.factories import base_config
     base = base_config(llm_server.api_base, "unused")
     models = dict(base["models"], targets=TWO_TARGETS[:1],
                   move_checker={"model": "openai/test-checker"})
