@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from tasks.config_error import ConfigError
 from tasks.core import registry
 from tasks.core.items import prepare_items, stored_items
-from tasks.core.judges import (  # noqa: F401 (verdict_sample_key: re-export)
+from tasks.core.judges import (
     TurnView, prompt_version_of, set_hash, verdict_sample_key,
 )
 from tasks.core.votes import pairwise_agreement

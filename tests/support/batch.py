@@ -9,19 +9,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from pydantic import BaseModel
 
 from tasks.config import GatewayConfig, ModelSpec
 from tasks.gateway import Gateway
 from tasks.gateway.batch import BatchCall, BatchClient
 from tests.support.factories import model_spec
+from tests.support.gateway import Verdict
 from warehouse import Warehouse
-
-
-class Verdict(BaseModel):
-    fulfilled: bool
-    evidence: str
-
 
 ROLE = "benutil_judge"
 

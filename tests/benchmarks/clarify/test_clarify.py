@@ -578,7 +578,7 @@ def test_report_section_with_episodes_but_no_reference_verdicts(tmp_path):
 def test_sampled_act_judge_uses_the_verdicts_stage_key(policy):
     """Every user policy that reads the act asks with the verdicts stage's key, so a sampled
     act judge judges later the act the user read (scripted_answer once sent no key)."""
-    from tasks.engine.verdicts import verdict_sample_key
+    from tasks.core.judges import verdict_sample_key
     from tasks.users.scripted_answer import POLICY as scripted_answer
 
     gw = _gateway(_ok_act("direct_answer"))
