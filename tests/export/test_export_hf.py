@@ -56,6 +56,12 @@ def test_export_keeps_the_benchmarks_rows_nested_and_counted(tmp_path, monkeypat
     cov = load(out, "episode_coverage", tmp_path)
     assert [(r["condition"], r["n_episodes"], r["n_completed"]) for r in cov] == [
         ("benign", 2, 1), ("dual_use_bc", 1, 1)]
+    # The card's configs as the Hub reads them: the folder loads by config name.
+    import datasets
+
+    by_card = datasets.load_dataset(str(out), "episode_coverage", split="train",
+                                    cache_dir=str(tmp_path / "hf-cache"))
+    assert by_card.num_rows == 2
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["benchmark"] == "opensafeintent" and manifest["run_id"] == "r1"
     assert "stage_memos" in manifest["not_exported"]  # its key ties it to no benchmark
