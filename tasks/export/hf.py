@@ -46,7 +46,7 @@ class Export:
     include_restricted: bool
     configs: dict = field(default_factory=dict)    # name -> {kind, table, rows, path, ...}
     skipped: dict = field(default_factory=dict)    # table -> why it is not exported
-    inputs: list = field(default_factory=list)     # [Source.__dict__]
+    inputs: list = field(default_factory=list)     # [Source.model_dump()]
     withheld: list = field(default_factory=list)   # names of the sources whose text was left out
 
     def manifest(self) -> dict:
@@ -137,7 +137,7 @@ def write(wh, spec, out: Path, run_id: str | None = None, partial: bool = False,
         p = prepare(con, spec, prov, run_id, partial, include_restricted)
         run = p.run
         exp = Export(spec.name, run["run_id"], run["status"], run["status"] != "succeeded",
-                     include_restricted, inputs=[s.__dict__ for s in p.inputs],
+                     include_restricted, inputs=[s.model_dump() for s in p.inputs],
                      withheld=p.withheld_names)
         tmp = new_folder(out)
         try:

@@ -5,19 +5,20 @@ inputs are named with licence ``unknown`` and treated as not redistributable."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.config_error import ConfigError
 
 SOURCES_FILE = "sources.yaml"
 
 
-@dataclass(frozen=True)
-class Source:
-    name: str
+class Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str = ""                      # its key in the spec's `sources:`
     title: str
     license: str = "unknown"            # a Hugging Face licence id (apache-2.0, cc-by-4.0, other)
     license_name: str | None = None     # what "other" means
@@ -27,43 +28,35 @@ class Source:
     read: str | None = None             # where the licence was read
 
 
-@dataclass(frozen=True)
-class Provenance:
-    paper: dict = field(default_factory=dict)   # {title, url, citation}: what the benchmark reproduces
-    sources: dict = field(default_factory=dict)  # name -> Source
-    always: tuple = ()                           # inputs every run uses
-    withhold: tuple = ()                         # "table.column": an input's text in its own tables
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    paper: dict = Field(default_factory=dict)         # {title, url, citation}: what it reproduces
+    sources: dict[str, Source] = Field(default_factory=dict)
+    always: list[str] = Field(default_factory=list)   # inputs every run uses
+    withhold: list[str] = Field(default_factory=list)  # "table.column": an input's text
 
     def source(self, name: str) -> Source:
-        return self.sources.get(name) or Source(name, f"{name} (not declared in {SOURCES_FILE})")
+        return self.sources.get(name) or Source(
+            name=name, title=f"{name} (not declared in {SOURCES_FILE})")
 
 
 def provenance(spec) -> Provenance:
     """The spec's declaration (an empty one when it has no sources.yaml); ConfigError naming
     the file and the field for a malformed one."""
-    if not spec.source_path:
-        return Provenance()
-    path = Path(spec.source_path).parent / SOURCES_FILE
-    if not path.is_file():
+    path = Path(spec.source_path).parent / SOURCES_FILE if spec.source_path else None
+    if path is None or not path.is_file():
         return Provenance()
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
+        prov = Provenance.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    except yaml.YAMLError as e:
         raise ConfigError(f"{path}: cannot read: {' '.join(str(e).split())[:200]}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: a mapping of keys, not {type(doc).__name__}")
-    sources = {}
-    for name, entry in (doc.get("sources") or {}).items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("title"), str):
-            raise ConfigError(f"{path}: sources.{name}: a mapping with at least a title")
-        unknown = sorted(set(entry) - set(Source.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(f"{path}: sources.{name}.{unknown[0]}: not a field of a source")
-        if not isinstance(entry.get("redistribute", False), bool):
-            raise ConfigError(f"{path}: sources.{name}.redistribute: true or false")
-        sources[name] = Source(name=name, **entry)
-    return Provenance(paper=doc.get("paper") or {}, sources=sources,
-                      always=tuple(doc.get("always") or ()), withhold=tuple(doc.get("withhold") or ()))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ConfigError(f"{path}: {'.'.join(map(str, first['loc'])) or '(top level)'}: "
+                          f"{first['msg']}") from None
+    return prov.model_copy(update={"sources": {
+        n: s.model_copy(update={"name": n}) for n, s in prov.sources.items()}})
 
 
 def inputs_used(prov: Provenance, configs: list[dict]) -> list[Source]:

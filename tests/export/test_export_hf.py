@@ -197,3 +197,23 @@ def test_card_yaml_is_the_header_the_hub_reads(tmp_path):
 
     DatasetCardData(**head)  # the parser accepts every key
     assert list(head)[:3] == ["pretty_name", "license", "language"]
+
+
+def test_a_malformed_sources_file_is_one_line(tmp_path):
+    from types import SimpleNamespace
+
+    from tasks.config_error import ConfigError
+
+    spec = SimpleNamespace(source_path=str(tmp_path / "spec.yaml"))
+    (tmp_path / "sources.yaml").write_text("sources:\n  s: {title: x, redistribute: maybe}\n")
+    with pytest.raises(ConfigError, match=r"sources.yaml: sources.s.redistribute: "):
+        provenance(spec)
+    (tmp_path / "sources.yaml").write_text("sources:\n  s: {title: x, licence: mit}\n")
+    with pytest.raises(ConfigError, match=r"sources.s.licence: Extra inputs"):
+        provenance(spec)
+    (tmp_path / "sources.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match=r"sources.yaml: \(top level\)"):
+        provenance(spec)
+    (tmp_path / "sources.yaml").unlink()
+    assert provenance(spec).source("mine").license == "unknown"
+    assert not provenance(spec).source("mine").redistribute
