@@ -9,6 +9,7 @@ original's."""
 from __future__ import annotations
 
 import asyncio
+import json
 import datetime as dt
 import decimal
 import math
@@ -102,6 +103,11 @@ def test_a_loopback_run_exports_reads_back_and_imports(prefect_harness, llm_serv
     count = lambda sql: wh.query(sql, [name])[0]["n"]  # noqa: E731
     items, episodes, verdicts = load("items"), load("episodes"), load("verdicts")
     assert items.num_rows == count("SELECT count(*) AS n FROM bench_items WHERE benchmark = ?") > 0
+    if name == "carryon":  # its items carry the checklist they were judged against
+        for it in items:
+            hidden = json.loads(it["hidden"])
+            assert hidden["checklist"] and hidden["checklist_version"]
+        assert {"checklists", "checklist_items", "queries", "intents"} <= set(exp.configs)
     assert episodes.num_rows == count("SELECT count(*) AS n FROM episodes WHERE benchmark = ?") > 0
     assert sum(len(e["turns"] or []) for e in episodes) == count(
         "SELECT count(*) AS n FROM episode_turns JOIN episodes USING (episode_id) WHERE benchmark = ?")
@@ -140,6 +146,4 @@ def test_a_loopback_run_exports_reads_back_and_imports(prefect_harness, llm_serv
 
 
 def json_row(r) -> dict:
-    import json
-
     return json.loads(r["config_json"])
