@@ -11,7 +11,7 @@ import json
 import yaml
 
 from tasks.export.run_info import (clean_config, models_by_role, planned_cost, project_version,
-                                   usage)
+                                   usage, without_nulls)
 
 # Where a provider's terms for its models' outputs are published (by litellm's provider
 # prefix); any other provider: its own terms, named but not linked.
@@ -83,8 +83,9 @@ def render(con, spec, prov, run: dict, exp, run_ids: list[str]) -> str:
     out += [f"- {role}: " + ", ".join(f"`{m['name']}` ({m['model']}, provider {m['provider']})"
                                       for m in ms) for role, ms in roles.items()] or ["- none"]
     out += ["", "The config (its key variables' names, URL credentials and the machine's paths "
-            "left out: keys are read from the environment and are never stored):", "", "```yaml",
-            yaml.safe_dump(clean, sort_keys=True, allow_unicode=True).rstrip(), "```", ""]
+            "left out: keys are read from the environment and are never stored; unset settings "
+            "not shown):", "", "```yaml",
+            yaml.safe_dump(without_nulls(clean), sort_keys=True, allow_unicode=True).rstrip(), "```", ""]
     out += ["## Sources and licences", "",
             "| input | licence | redistributed here | source | where the licence was read |",
             "|---|---|---|---|---|"]

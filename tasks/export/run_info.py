@@ -77,17 +77,31 @@ def project_version() -> str:
 
 
 def models_by_role(config: dict) -> dict[str, list[dict]]:
-    """role -> [{name, model, provider}] as the run's config set them."""
+    """role -> [{name, model, provider}] as the run's config resolved them (an entry without a
+    model takes the defaults' model, as the run did)."""
+    defaults = (config.get("models") or {}).get("defaults") or {}
     out: dict[str, list[dict]] = {}
     for role, value in (config.get("models") or {}).items():
         if role == "defaults" or value is None:
             continue
         for e in value if isinstance(value, list) else [value]:
-            if isinstance(e, dict) and e.get("model"):
+            if not isinstance(e, dict):
+                continue
+            model = e.get("model") or defaults.get("model")
+            if model:
                 out.setdefault(role, []).append(
-                    {"name": e.get("name") or e["model"], "model": e["model"],
-                     "provider": e["model"].split("/", 1)[0] if "/" in e["model"] else "openai"})
+                    {"name": e.get("name") or model, "model": model,
+                     "provider": model.split("/", 1)[0] if "/" in model else "openai"})
     return out
+
+
+def without_nulls(v):
+    """A config as a person reads it: the unset (null) settings left out."""
+    if isinstance(v, dict):
+        return {k: without_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [without_nulls(x) for x in v]
+    return v
 
 
 def usage(con, run_ids: list[str]) -> dict:

@@ -217,3 +217,17 @@ def test_a_malformed_sources_file_is_one_line(tmp_path):
     (tmp_path / "sources.yaml").unlink()
     assert provenance(spec).source("mine").license == "unknown"
     assert not provenance(spec).source("mine").redistribute
+
+
+def test_models_per_role_take_the_defaults_model_as_the_run_did():
+    from tasks.export.run_info import models_by_role
+
+    config = {"models": {"defaults": {"model": "openai/bench", "api_key_env": "K"},
+                         "targets": [{"name": "t1", "model": None}, {"name": "t2",
+                                                                     "model": "anthropic/c"}],
+                         "safety_judge": {"name": "judge", "model": None},
+                         "benutil_judge": None}}
+    assert models_by_role(config) == {
+        "targets": [{"name": "t1", "model": "openai/bench", "provider": "openai"},
+                    {"name": "t2", "model": "anthropic/c", "provider": "anthropic"}],
+        "safety_judge": [{"name": "judge", "model": "openai/bench", "provider": "openai"}]}
