@@ -44,7 +44,7 @@ def _inspect():
 
 
 def log_name(benchmark: str, target: str) -> str:
-    return f"{benchmark}_{re.sub(r'[^A-Za-z0-9._-]+', '-', target)}.eval"
+    return f"{benchmark}_{re.sub(r'[^A-Za-z0-9._-]+', '-', target)}.json"
 
 
 def _iso(ts) -> str:
@@ -78,14 +78,20 @@ def write_logs(wh, spec, out: Path, run_id: str | None = None, partial: bool = F
             for e in episodes:
                 by_target.setdefault(e["target"], []).append(e)
             for target, eps in sorted(by_target.items()):
-                samples = [_sample(e, turns.get(e["episode_id"], []),
-                                   verdicts.get(e["episode_id"], []), items.get(e["item_id"]),
+                # Rows are popped as their sample is built: the warehouse's rows and the
+                # samples are not all held at once (the paper's volume is 6,560 samples).
+                samples = [_sample(e, turns.pop(e["episode_id"], []),
+                                   verdicts.pop(e["episode_id"], []), items.get(e["item_id"]),
                                    _model_of(target, roles))
                            for e in eps]
                 log = _log(spec, p.run, config, roles, use, target, samples, partial)
                 name = log_name(spec.name, target)
-                ilog.write_eval_log(log, str(tmp / name), format="eval")
+                # JSON, not the zipped .eval: inspect_ai 0.3.285's .eval writer re-reads its
+                # buffered samples for each one it adds (196 s for 6,560 samples here, 22 s as
+                # JSON); `inspect view` and read_eval_log open both.
+                ilog.write_eval_log(log, str(tmp / name), format="json")
                 result.logs[name] = len(samples)
+                del log, samples
             if not result.logs:
                 raise ExportError(f"{spec.name}: no completed episode to export")
             publish(tmp, out)

@@ -60,11 +60,11 @@ def test_logs_read_back_with_every_verdict(tmp_path):
     wh = export_home.build(tmp_path / "w.duckdb")
     exp = write_logs(wh, spec, tmp_path / "logs")
     # Two completed episodes of one target (e3 failed: no sample); 6 verdicts compared.
-    assert exp.logs == {"opensafeintent_target-a.eval": 2}
+    assert exp.logs == {"opensafeintent_target-a.json": 2}
     assert check_logs(wh, spec, tmp_path / "logs") == 6
     from inspect_ai.log import read_eval_log
 
-    log = read_eval_log(str(tmp_path / "logs" / "opensafeintent_target-a.eval"))
+    log = read_eval_log(str(tmp_path / "logs" / "opensafeintent_target-a.json"))
     [e1] = [s for s in log.samples if s.id == "e1"]
     # e1's turn 2: helpfulness 4; harmfulness unscored (None) with its reason.
     assert e1.scores["helpfulness/t2"].value == {"score": 4.0}
