@@ -289,8 +289,10 @@ FLOORS = (
     # imports a spec's components by name through the registry, never by import.
     ("config", ("tasks.config", "tasks.bench", "tasks.model_env", "tasks.model_keys")),
     # the loops and what drives them: play, verdicts, plan, the stage skeleton, the run
-    # context and memos (tasks/engine/), the built-in stages, the report, judge validation.
-    ("loops", ("tasks.engine", "tasks.stages", "tasks.report", "tasks.validation")),
+    # context and memos (tasks/engine/), the built-in stages, the report, judge validation,
+    # and the export of a run (it reads any benchmark's rows through its spec, like the report).
+    ("loops", ("tasks.engine", "tasks.stages", "tasks.report", "tasks.validation",
+               "tasks.export")),
     ("benchmarks", ("tasks.benchmarks",)),
     # composition only: the Prefect flows and the command line.
     ("flows and CLI", ("flows",)),
