@@ -175,14 +175,21 @@ def _print_summary(summary: dict, spec) -> None:
 
 
 def plan(config: str = ConfigOpt,
-         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
+         by: str = typer.Option("role", "--by", help=(
+             "role: a row per model role; model: a row per model string (its roles summed), "
+             "with where its price comes from or why it has none."))):
     """Before spending anything: calls per role, tokens and a cost estimate."""
     from tasks.engine.plan import make_plan
+    from tasks.gateway.prices import by_model
 
+    if by not in ("role", "model"):
+        _fail(f"--by {by!r}: choose role or model")
     try:
         rows, notes = make_plan(load_config(config), limit)
     except ConfigError as e:
         _fail(str(e))
-    _print_table(rows)
+    _print_table(by_model(rows) if by == "model" else
+                 [{k: v for k, v in r.items() if k != "per_model"} for r in rows])
     for n in notes:
         typer.echo(n)

@@ -231,19 +231,65 @@ def plan_row(role: str, specs: list[ModelSpec], calls: int, in_tokens: int, out_
     ``batch_usd`` is what this version would bill with ``batch: true``: the batch price where
     the model's provider has a batch path here (tasks/gateway/batch_wire.py), the live price
     where it does not (``batch_notes`` says which and why). ``submit`` says how the role's calls
-    go as configured: ``batch``, ``live`` or ``mixed`` (some of its models each way)."""
+    go as configured: ``batch``, ``live`` or ``mixed`` (some of its models each way).
+
+    The costs are the priced models' sum (None when none of them is priced); ``unpriced``
+    counts the models left out of it, and ``per_model`` (not a column: ``by_model`` and the
+    headline read it) holds each model's share, its rates' source or why it has none."""
     per_model = calls / len(specs)
-    priced = []
+    models = []
     for s in specs:
-        c = costs(s, int(per_model * in_tokens), int(per_model * out_tokens), share(s), memo=memo)
-        priced.append({**c, "batch": c["batch"] if batch_route(s.model)[0] else c["live"]})
-    total = {k: None if any(c[k] is None for c in priced) else round(sum(c[k] for c in priced), 2)
-             for k in ("live", "batch", "cached")}
-    modes = {"batch" if s.batch and batch_route(s.model)[0] else "live" for s in specs}
+        r = rates(s, memo)
+        c = costs(s, per_model * in_tokens, per_model * out_tokens, share(s), memo=memo)
+        models.append({
+            "model": s.model, "role": role, "where": s.where, "calls": per_model,
+            "prompt_tokens": per_model * in_tokens, "completion_tokens": per_model * out_tokens,
+            "submit": "batch" if s.batch and batch_route(s.model)[0] else "live",
+            "cost_usd": c["live"], "batch_usd": c["batch"] if batch_route(s.model)[0] else c["live"],
+            "cached_usd": c["cached"], "priced_by": r.source if r.priced else None,
+            "unpriced_why": r.unpriced_why})
+    priced = [m for m in models if m["cost_usd"] is not None]
+
+    def total(key):
+        vals = [m[key] for m in priced]
+        return None if not priced or any(v is None for v in vals) else round(sum(vals), 2)
+
+    modes = {m["submit"] for m in models}
     return {"role": role, "models": ", ".join(sorted({s.model for s in specs})), "calls": calls,
             "prompt_tokens": calls * in_tokens, "completion_tokens": calls * out_tokens,
             "submit": modes.pop() if len(modes) == 1 else "mixed",
-            "cost_usd": total["live"], "batch_usd": total["batch"], "cached_usd": total["cached"]}
+            "unpriced": f"{len(models) - len(priced)} of {len(models)}" if len(priced) < len(models)
+            else "",
+            "cost_usd": total("cost_usd"), "batch_usd": total("batch_usd"),
+            "cached_usd": total("cached_usd"), "per_model": models}
+
+
+def by_model(rows: list[dict]) -> list[dict]:
+    """``carryon plan --by model``: the plan's rows regrouped by model string (its roles, calls,
+    tokens and costs summed over them), priced models first by cost; an unpriced model's
+    costs are None and ``priced_by`` says why."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        for m in row.get("per_model", []):
+            o = out.setdefault(m["model"], {
+                "model": m["model"], "roles": [], "calls": 0.0, "prompt_tokens": 0.0,
+                "completion_tokens": 0.0, "submit": set(), "cost_usd": 0.0, "batch_usd": 0.0,
+                "cached_usd": 0.0, "priced_by": m["priced_by"] or f"unpriced: {m['unpriced_why']}"})
+            o["roles"].append(m["role"])
+            o["submit"].add(m["submit"])
+            for k in ("calls", "prompt_tokens", "completion_tokens"):
+                o[k] += m[k]
+            for k in ("cost_usd", "batch_usd", "cached_usd"):
+                o[k] = None if o[k] is None or m[k] is None else o[k] + m[k]
+    for o in out.values():
+        o["roles"] = ", ".join(dict.fromkeys(o["roles"]))
+        o["submit"] = o["submit"].pop() if len(o["submit"]) == 1 else "mixed"
+        for k in ("calls", "prompt_tokens", "completion_tokens"):
+            o[k] = round(o[k])
+        for k in ("cost_usd", "batch_usd", "cached_usd"):
+            o[k] = None if o[k] is None else round(o[k], 2)
+    return sorted(out.values(), key=lambda o: (o["cost_usd"] is None, -(o["cost_usd"] or 0),
+                                                o["model"]))
 
 
 def batch_notes(specs: dict[str, list[ModelSpec]]) -> list[str]:
@@ -269,14 +315,37 @@ def batch_notes(specs: dict[str, list[ModelSpec]]) -> list[str]:
     return out
 
 
-def cost_note(rows: list[dict], cached: str) -> str:
-    """The plan's cost line: the priced models' total live, through batches, and ``cached``
-    (what the cached column means for this plan)."""
-    live = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
-    batch = [r["batch_usd"] for r in rows if r["batch_usd"] is not None]
-    return (f"estimated cost of priced models: ${sum(live):.2f}"
-            + ("; blank cost = a model litellm does not price (local or custom)"
-               if len(live) < len(rows) else "")
-            + f"; ${sum(batch):.2f} with batch: true on every model (batch_usd: the batch price "
-              "where this version has the provider's batch path, live elsewhere); " + cached)
-
+def cost_lines(rows: list[dict], cached: str) -> list[str]:
+    """The plan's headline and its price lines: the priced models' total live and through
+    batches, and ``cached`` (what the cached column means for this plan); "lower bound" and
+    the unpriced models by name when any model is unpriced; the models priced at $0 and
+    those priced from the project's table, with their sources."""
+    models = [m for r in rows for m in r.get("per_model", [])]
+    unpriced = {m["model"]: m["unpriced_why"] for m in models if m["cost_usd"] is None}
+    live = sum(m["cost_usd"] for m in models if m["cost_usd"] is not None)
+    batch = sum(m["batch_usd"] for m in models if m["batch_usd"] is not None)
+    head = (f"LOWER BOUND: ${live:,.2f}; ${batch:,.2f} with batch: true on every model, "
+            f"leaving out {len(unpriced)} unpriced model(s): " + ", ".join(sorted(unpriced))
+            if unpriced else
+            f"estimated cost: ${live:,.2f}; ${batch:,.2f} with batch: true on every model")
+    out = [head + " (batch_usd: the batch price where this version has the provider's batch "
+           "path, live elsewhere); " + cached]
+    roles: dict[str, list[str]] = {}
+    for m in models:
+        roles.setdefault(m["model"], []).append(m["role"])
+    for model, why in sorted(unpriced.items()):
+        out.append(f"unpriced: {model} ({', '.join(dict.fromkeys(roles[model]))}): {why}; give "
+                   "its entry a price: (USD per million tokens; 0 only if nobody bills it).")
+    seen = set()
+    for m in models:
+        if m["model"] in seen or m["priced_by"] is None:
+            continue
+        seen.add(m["model"])
+        if m["priced_by"] == "table":
+            listed = TABLE[m["model"]]
+            out.append(f"priced from the project's table (tasks/gateway/price_table.py): "
+                       f"{m['model']}: {listed.source}, read {listed.read}.")
+        elif m["cost_usd"] == 0 and m["calls"]:
+            out.append(f"priced at $0 by its entry's price: {m['model']} "
+                       f"({', '.join(dict.fromkeys(roles[m['model']]))}).")
+    return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_lines, plan_row
 from prompts import CHARS_PER_TOKEN
 from tasks.judges.prompt_layout import (
     ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens, provider,
@@ -195,12 +195,13 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
-        cost_note(rows, "${:.2f} with provider prompt caching where the prompt layout allows "
-                  "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
-                                                if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
         *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
+        # The headline last: the total, or "lower bound" and the models left out of it.
+        *cost_lines(rows, "${:,.2f} with provider prompt caching where the prompt layout "
+                    "allows it (cached_usd).".format(sum(r["cached_usd"] for r in rows
+                                                         if r["cached_usd"] is not None))),
     ]
     if sim.get("move_check_resamples"):
         rs = sim["move_check_resamples"]
