@@ -135,4 +135,4 @@ def test_a_cap_at_half_the_plan_stops_and_a_rerun_without_one_pays_nothing_twice
     assert _spent(tmp_path / "home") == pytest.approx(_spent(tmp_path / "once"))
     print(f"\nplan ${planned:,.2f}, cap ${cap:,.2f}; capped run spent ${spent:,.2f} in "
           f"{requests_capped} requests, the rerun {requests_rerun} more; uncapped "
-          f"${_spent(tmp_path / 'once'):,.2f} in {requests_once}")
+          f"${_spent(tmp_path / 'once'):,.2f} in {requests_once}\n{line}")
