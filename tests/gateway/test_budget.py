@@ -22,15 +22,14 @@ from tasks.gateway.client import BUDGET_EXIT_CODE
 from tasks.ops import interrupt
 from tests.support import batch as bsup
 from tests.support.gateway import gateway, msgs, spec_for  # noqa: F401 (fixture)
+from tests.support.interrupt import fresh_interrupt  # noqa: F401 (fixture)
 
 PRICE = PriceEntry(input_per_mtok=1.0, output_per_mtok=2.0, cached_input_per_mtok=0.5)
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    interrupt.reset()
+def _fresh(fresh_interrupt):
     yield
-    interrupt.reset()
 
 
 def test_budget_holds_settles_and_says_what_is_left():

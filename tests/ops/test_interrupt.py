@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from tasks.ops import interrupt
-from tests.support.interrupt import GRACE_S, TimedServer, _config, _env  # timed_server: conftest.py
+from tests.support.interrupt import (  # noqa: F401 (fresh_interrupt: a fixture)
+    GRACE_S, TimedServer, _config, _env, fresh_interrupt,
+)  # timed_server: conftest.py
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,10 +154,8 @@ def test_sigint_to_the_group_mid_simulation_and_mid_judging(timed_server, tmp_pa
 # ----------------------------------------------------------------------------- units
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    interrupt.reset()
+def _fresh(fresh_interrupt):
     yield
-    interrupt.reset()
 
 
 def test_checkpoint_passes_until_a_stop_then_waits_for_cancel():
