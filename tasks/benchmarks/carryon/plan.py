@@ -10,8 +10,9 @@ and the judges' are measured from their templates and the prefix tree (tasks/eng
 ``judge_prompt`` below), assuming answers use half their max_tokens; the checklist roles' are the role table's; where
 this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
 per call replace the estimate;
-costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
-models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
+costs come from a model entry's ``price:``, the project's price table or litellm's local price
+map, model by model: a role's cost is its priced models' sum, and the headline names the
+models nobody prices (a lower bound then). Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
 batch_discount`` says otherwise) and with the provider's prompt cache where the prompt
 layout allows it (``cached_usd``: Ben-Util's requests of one response share a prefix,
