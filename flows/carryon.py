@@ -70,26 +70,31 @@ async def _release_limits(ctx) -> None:
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1, replay: bool = False,
-                  retry_failed: bool = False) -> dict:
+                  retry_failed: bool = False, budget_usd: float | None = None) -> dict:
     """``replay``: run every stage, also those whose inputs are unchanged since they last ran
     whole (tasks/engine/stage_memo.py; by default those are skipped, their rows already stored).
     ``retry_failed``: send again the deterministic calls whose failure an earlier run
-    remembered (tasks/gateway/client.py); implies ``replay``."""
+    remembered (tasks/gateway/client.py); implies ``replay``. ``budget_usd``: the spending
+    cap in place of the config's (tasks/gateway/budget.py)."""
     # One synchronous Prefect client for the whole run: the stages' progress and report
     # artifacts are sync calls, and each would otherwise build its own client (~50 ms, most
     # of it loading TLS certificates, even for an http:// API).
     with SyncClientContext.get_or_create():
         return await _carryon(config, stages, limit, shard_index, shard_count,
-                              replay or retry_failed, retry_failed)
+                              replay or retry_failed, retry_failed, budget_usd)
 
 
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
-                   shard_count: int, replay: bool, retry_failed: bool = False) -> dict:
-    ctx = open_run(config, stages, limit, shard_index, shard_count)
+                   shard_count: int, replay: bool, retry_failed: bool = False,
+                   budget_usd: float | None = None) -> dict:
+    ctx = open_run(config, stages, limit, shard_index, shard_count, budget_usd=budget_usd)
     # Every stage of the run renders the benchmark's own templates (prompts/ beside its spec)
     # before the shared ones: set here, inside the flow, so its subflows and tasks inherit it.
-    with prompts.benchmark_prompts(ctx.config.spec.prompts_dir):
-        return await _stages(ctx, replay, retry_failed)
+    try:
+        with prompts.benchmark_prompts(ctx.config.spec.prompts_dir):
+            return await _stages(ctx, replay, retry_failed)
+    finally:
+        interrupt.end_of_run()  # a budget stop of this run is not the next run's
 
 
 async def _stages(ctx, replay: bool, retry_failed: bool) -> dict:

@@ -167,6 +167,11 @@ class Config(_Strict):
     # How much of one model-written turn a prompt shows (tasks/untrusted.py).
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
+    # The most this home may have spent on model calls, all runs together (USD): a run stops
+    # before a request or batch that could pass it (tasks/gateway/budget.py, docs/costs.md).
+    # `carryon run --budget-usd` overrides it. How much is spent, not what is answered: in no
+    # config hash, cache key, run id or stage memo.
+    budget_usd: float | None = Field(None, gt=0)
     # Filled by load_config, never by the user.
     source_path: str | None = Field(None, exclude=True)
 
@@ -249,6 +254,7 @@ class Config(_Strict):
         Keys added later (``ADDED_LATER``, roles added later and the newer keys below) are left
         out while unset, so a config keeps the hash (and the run ids) it had before."""
         doc = self.model_dump(mode="json")
+        doc.pop("budget_usd", None)  # a cap does not change results
         for key in ADDED_LATER:
             default = type(self).model_fields[key].get_default(call_default_factory=True)
             if doc.get(key) == TypeAdapter(type(default)).dump_python(default, mode="json"):

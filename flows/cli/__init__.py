@@ -4,8 +4,8 @@ Every command validates its input first and exits non-zero with a one-line error
 the cause (file, field, variable or URL); tracebacks are for bugs, not for user mistakes.
 
 This module assembles the typer ``app`` and ``main``; the commands live beside it:
-``run.py`` (``run``, ``plan``), ``inputs.py`` (``data``, ``flows``), ``results.py`` (``sql``,
-``report``), ``cache.py`` (``cache ...``), ``local_model.py`` (``local-model ...``),
+``run.py`` (``run``, ``plan``), ``check.py`` (``check``), ``inputs.py`` (``data``, ``flows``),
+``results.py`` (``sql``, ``report``), ``cache.py`` (``cache ...``), ``local_model.py`` (``local-model ...``),
 ``prefect.py`` (``server ...``, ``merge``), ``validate.py`` (``validate ...``),
 ``export.py`` (``export``, ``import``) and
 ``episodes.py`` (``data`` and ``report`` of an episode benchmark); ``common.py`` and
@@ -26,8 +26,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
 
-from flows.cli import (cache, export, inputs, local_model, prefect, results, run,  # noqa: E402
-                       validate)
+from flows.cli import (  # noqa: E402
+    cache, check, export, inputs, local_model, prefect, results, run, validate,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="CarryOnBench: utility recovery under benign intent clarification.")
@@ -35,6 +36,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.command("merge")(prefect.merge)
 app.command()(run.run)
 app.command()(run.plan)
+app.command()(check.check)
 app.command()(results.sql)
 app.command()(inputs.data)
 app.command("scripts")(inputs.scripts_cmd)

@@ -27,7 +27,11 @@ def run(config: str = ConfigOpt,
         retry_failed: bool = typer.Option(False, "--retry-failed", help=(
             "Send again the deterministic calls whose invalid or empty answer an earlier run "
             "remembered (not re-sent by default: the same request gives the same junk); "
-            "implies --replay."))):
+            "implies --replay.")),
+        budget_usd: Optional[float] = typer.Option(None, "--budget-usd", help=(
+            "The most this home may have spent on model calls, all runs together, in USD "
+            "(replaces the config's budget_usd): the run stops before a request or batch that "
+            "could pass it, and exits 3 with what was spent and what is left (docs/costs.md)."))):
     """Run the benchmark (all stages, or --stages) through the Prefect flow."""
     from tasks.gateway.cache import CacheError
     from tasks.gateway.client import ServerUnavailable
@@ -35,11 +39,11 @@ def run(config: str = ConfigOpt,
     from tasks.engine.stage_errors import StageFailed
     from tasks.core.judges import JudgeError
     from tasks.report import ReportError
-    from tasks.engine.run import parse_stages, preflight
+    from tasks.engine.run import parse_stages, preflight, with_budget
     from warehouse import WarehouseError
 
     try:  # validate before Prefect starts (its server costs seconds)
-        cfg = load_config(config)
+        cfg = with_budget(load_config(config), budget_usd)
         selected = parse_stages(stages, cfg.spec.stages, cfg.spec.renamed_stages)
         preflight(cfg, selected, limit)
     except (ConfigError, JudgeError) as e:
@@ -73,10 +77,11 @@ def run(config: str = ConfigOpt,
         # and marks the run interrupted; a second exits at once (tasks/ops/interrupt.py).
         summary = interrupt.run(lambda: carryon(
             config=config, stages=stages, limit=limit, shard_index=shard_index,
-            shard_count=shard_count, replay=replay, retry_failed=retry_failed))
-    except interrupt.Interrupted as e:
+            shard_count=shard_count, replay=replay, retry_failed=retry_failed,
+            budget_usd=budget_usd))
+    except interrupt.Interrupted as e:  # a signal (130) or the budget (3): one line
         typer.echo(f"run stopped: {e}", err=True)
-        raise typer.Exit(interrupt.EXIT_CODE)
+        raise typer.Exit(e.code)
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
         _fail(str(e))
@@ -175,14 +180,21 @@ def _print_summary(summary: dict, spec) -> None:
 
 
 def plan(config: str = ConfigOpt,
-         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries.")):
+         limit: Optional[int] = typer.Option(None, help="Use only the first N selected queries."),
+         by: str = typer.Option("role", "--by", help=(
+             "role: a row per model role; model: a row per model string (its roles summed), "
+             "with where its price comes from or why it has none."))):
     """Before spending anything: calls per role, tokens and a cost estimate."""
     from tasks.engine.plan import make_plan
+    from tasks.gateway.prices import by_model
 
+    if by not in ("role", "model"):
+        _fail(f"--by {by!r}: choose role or model")
     try:
         rows, notes = make_plan(load_config(config), limit)
     except ConfigError as e:
         _fail(str(e))
-    _print_table(rows)
+    _print_table(by_model(rows) if by == "model" else
+                 [{k: v for k, v in r.items() if k != "per_model"} for r in rows])
     for n in notes:
         typer.echo(n)

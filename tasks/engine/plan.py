@@ -18,7 +18,7 @@ from __future__ import annotations
 import prompts
 from tasks.engine.episode import plan_episodes, run_seats
 from tasks.core.items import select_items
-from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_lines, plan_row
 from tasks.core import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
@@ -146,7 +146,8 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
     notes += batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows})
-    notes += [cost_note(rows, "prompt caching is not estimated for these prompts "
-                              "(cached_usd = cost_usd)."),
-              "calls already in the cache are not sent again: a rerun costs only what changed."]
+    notes += ["calls already in the cache are not sent again: a rerun costs only what changed.",
+              # The headline last: the total, or "lower bound" and the models left out of it.
+              *cost_lines(rows, "prompt caching is not estimated for these prompts "
+                                "(cached_usd = cost_usd).")]
     return rows, notes

@@ -52,6 +52,10 @@ class RunContext:
             self._gateway = Gateway(self.config.cache_path, self.run_id, self.config.gateway,
                                     shards=self.shard_count)
             self._gateway.batch_store = self.warehouse  # batch mode records its batches here
+            if self.config.budget_usd is not None:  # the cap, and what this home spent before
+                from tasks.gateway.budget import Budget
+
+                self._gateway.budget = Budget(self.config.budget_usd, recorded_spend(self.warehouse))
             from tasks.engine.progress import gateway_calls, set_activity, set_calls
 
             set_activity(self._gateway.activity)  # heartbeat lines say what the models did
@@ -110,6 +114,38 @@ def _reachable(api_base: str, timeout: float = 3.0) -> str | None:
         return e.strerror or str(e) or type(e).__name__
 
 
+def recorded_spend(wh: Warehouse) -> float:
+    """What this home has paid for model calls: every run's requests sent (cache hits cost
+    nothing; a hit's row repeats its answer's cost), as recorded in ``llm_calls``."""
+    return float(wh.query("SELECT coalesce(sum(cost_usd), 0) AS usd FROM llm_calls "
+                          "WHERE NOT cache_hit")[0]["usd"])
+
+
+def with_budget(cfg: Config, budget_usd: float | None) -> Config:
+    """The config with ``carryon run --budget-usd`` in place of its ``budget_usd``."""
+    if budget_usd is None:
+        return cfg
+    if not budget_usd > 0 or budget_usd == float("inf"):
+        raise ConfigError(f"--budget-usd {budget_usd}: a number of dollars above 0")
+    return cfg.model_copy(update={"budget_usd": float(budget_usd)})
+
+
+def check_budget(cfg: Config, roles: list[str]) -> None:
+    """A cap needs every model it may pay for priced: an unpriced model's spend could not be
+    counted, so a run with ``budget_usd`` refuses to start with one (one line naming each)."""
+    if cfg.budget_usd is None:
+        return
+    from tasks.gateway.prices import MEMO_NAME, rates
+
+    memo = cfg.cache_path / MEMO_NAME
+    unpriced = [f"{s.where} ({s.model})" for role in roles for s in cfg.role_specs(role)
+                if not rates(s, memo if memo.parent.is_dir() else None).priced]
+    if unpriced:
+        raise ConfigError(f"{cfg.source_path or 'config'}: budget_usd: cannot count the spend "
+                          f"of unpriced models: {', '.join(unpriced)}; give each a price: (USD "
+                          "per million tokens; 0 where nobody bills it) or run without a cap")
+
+
 def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     check_folders(cfg)
     # A bad dataset file fails here, naming file, row and field (the work stage selects the
@@ -130,6 +166,7 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
             raise ConfigError(f"{cfg.source_path}: models.{role}: needed by stage(s) "
                               f"{[s for s in stages if role in by_stage[s]]} but not configured")
     check_secrets(cfg, roles)
+    check_budget(cfg, roles)
     seen: dict[str, str | None] = {}
     for role in roles:
         for spec in cfg.role_specs(role):
@@ -222,9 +259,11 @@ def new_run_id(cfg: Config) -> str:
 
 
 def open_run(config_path: str, stages=None, limit: int | None = None, shard_index: int = 0,
-             shard_count: int = 1, check: bool = True) -> RunContext:
-    """Validate everything, then record the run. Raises ConfigError before writing anything."""
-    cfg = load_config(config_path)
+             shard_count: int = 1, check: bool = True,
+             budget_usd: float | None = None) -> RunContext:
+    """Validate everything, then record the run. Raises ConfigError before writing anything.
+    ``budget_usd``: the cap in place of the config's (``carryon run --budget-usd``)."""
+    cfg = with_budget(load_config(config_path), budget_usd)
     selected = parse_stages(stages, cfg.spec.stages, cfg.spec.renamed_stages)
     if limit is not None and limit <= 0:
         raise ConfigError("--limit must be a positive number of queries")

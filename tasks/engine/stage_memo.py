@@ -124,7 +124,8 @@ def table_digests(wh, tables) -> dict[str, list]:
 
 def _config_doc(cfg) -> dict:
     specs = {role: [dataclasses.asdict(s) for s in ss] for role, ss in cfg.all_specs().items()}
-    return {"config": cfg.model_dump(mode="json"), "specs": specs,
+    # The cap (budget_usd) shapes how much a run may spend, not the rows a stage writes.
+    return {"config": cfg.model_dump(mode="json", exclude={"budget_usd"}), "specs": specs,
             "home": str(cfg.home_path), "cache": str(cfg.cache_path)}
 
 

@@ -46,13 +46,13 @@ def judge(r, resp, content, *, spec, messages, convo, prompt, schema, started, a
     """Judge one answer (its usage added first): ``(r, None)`` when the call is decided, ok or
     failed; ``(None, convo)`` to ask again with ``convo`` (an invalid structured answer, or
     junk free text from a sampled model)."""
-    if cost is None and spec.price is not None:
-        # The entry's own prices win over litellm's map for a live call too (one bill).
-        from tasks.gateway.prices import billed
+    if cost is None:
+        # The entry's own prices, or the project's table, win over litellm's map for a live
+        # call too (one bill: tasks/gateway/prices.py).
+        from tasks.gateway.prices import answer_cost
 
-        usage = getattr(resp, "usage", None)
-        cost = billed(spec, getattr(usage, "prompt_tokens", 0) or 0,
-                      getattr(usage, "completion_tokens", 0) or 0, _cached_tokens(usage))
+        cost = answer_cost(spec, getattr(resp, "usage", None), float(
+            (getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0))
     reasoning = add_usage(r, resp, cost)
     empty = not content or not content.strip()
     if r.finish_reason == "content_filter":

@@ -44,6 +44,7 @@ from pydantic import BaseModel
 
 from tasks.gateway.answers import judge
 from tasks.gateway.batch_wire import batch_route, wire_for
+from tasks.gateway.budget import bound
 from tasks.gateway.keys import normalise_api_base
 from tasks.gateway.prices import billed
 from tasks.gateway.result import CallResult
@@ -78,6 +79,7 @@ class BatchClient:
     def __init__(self, gateway: Gateway, warehouse):
         self.gw = gateway
         self.wh = warehouse
+        self._held: dict[str, float] = {}  # batch id -> budget held until it is read
 
     async def run(self, calls: list[BatchCall]) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(calls)
@@ -99,6 +101,11 @@ class BatchClient:
         if batched:
             stored = self._resume(batched)
             fresh = [ln for ln in batched if ln.key not in stored["covered"]]
+            by_key = {ln.key: ln for ln in batched}
+            for row in stored["batches"]:  # submitted by an earlier run: billed whatever the cap
+                mine = [by_key[k] for k in json.loads(row["lines"]).values() if k in by_key]
+                self._held[row["batch_id"]] = await self.gw.hold_budget(
+                    self._bound(mine), force=True)
             progress = self.gw.batch_progress
             progress["resumed"] += len(stored["batches"])
             progress["waiting"] += len(batched)
@@ -141,11 +148,19 @@ class BatchClient:
             spec, role = group[0].call.spec, group[0].call.role
             for chunk, error in self._chunks(spec, group):
                 if error is None:
+                    # The budget first (tasks/gateway/budget.py): a batch that could pass the
+                    # cap is not submitted, and the run stops (outside the try: a stop is not a
+                    # refused submit whose lines would go live).
+                    held = await self.gw.hold_budget(self._bound([ln for ln, _ in chunk], chunk))
                     try:
-                        out.append(await self._submit_one(spec, role, chunk))
+                        row = await self._submit_one(spec, role, chunk)
+                        self._held[row["batch_id"]] = held
+                        out.append(row)
                         continue
                     except Exception as e:  # an upload or submit refused
                         error = e
+                        if self.gw.budget is not None:
+                            self.gw.budget.settle(held, 0.0)
                 log.warning("%s (%s): batch not submitted (%s: %s); calling its %d lines live",
                             spec.where, spec.model, type(error).__name__, str(error)[:200], len(chunk))
                 out.append({"batch_id": None, "lines": json.dumps({str(n): ln.key for n, (ln, _)
@@ -154,6 +169,16 @@ class BatchClient:
             log.info("batches: %d submitted (%d lines)", sum(b["batch_id"] is not None for b in out),
                      len(lines))
         return out
+
+    def _bound(self, lines: list[_Line], chunk=None) -> float:
+        """The most these lines can cost at the batch price (tasks/gateway/budget.py): each
+        request line's JSON as its prompt, its entry's max_tokens as its answer; 0 without a
+        cap."""
+        if self.gw.budget is None:
+            return 0.0
+        reqs = [req for _, req in chunk] if chunk else [ln.call.messages for ln in lines]
+        return sum(bound(ln.call.spec, len(json.dumps(req, ensure_ascii=False)), batch=True)
+                   for ln, req in zip(lines, reqs))
 
     def _chunks(self, spec: ModelSpec, group: list[_Line]):
         """``(chunk, None)``: the group's request lines cut into batches the provider accepts
@@ -264,6 +289,8 @@ class BatchClient:
                 retry.update({k: lines[k] for k in failed if k in lines})
                 row["consumed"] = True
                 self.wh.write("llm_batches", [row])
+                if self.gw.budget is not None:  # read: its lines' bills replace the bound
+                    self.gw.budget.settle(self._held.pop(row["batch_id"], 0.0), 0.0)
             progress["done"] += len(pending) - len(still)
             progress["pending"] -= len(pending) - len(still)
             pending = still

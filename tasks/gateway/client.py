@@ -21,11 +21,13 @@ from pydantic import BaseModel
 
 from tasks.gateway.answers import fail, judge
 from tasks.gateway.batching import collector_for, progress_line
+from tasks.gateway.budget import Budget, bound, prompt_chars
 from tasks.gateway.cache import ResponseCache
 from tasks.gateway.claims import Claims
 from tasks.gateway.junk import junk_reason
 from tasks.gateway.keys import cache_key
 from tasks.gateway.limits import ModelLimits
+from tasks.gateway.prices import answer_cost
 from tasks.gateway.servers import ServerUnavailable, ServerWatch, server_of  # noqa: F401
 # CallResult lives in result.py (batch.py builds them too); re-exported here, where callers import it.
 from tasks.gateway.result import CallResult
@@ -51,6 +53,9 @@ class _Stats:
     remembered: int = 0  # failures read back from an earlier run, not sent again
 
 
+# The exit status of a run stopped by its budget (tasks/gateway/budget.py): 130 is a signal's.
+BUDGET_EXIT_CODE = 3
+
 # Failures a deterministic call (temperature 0) meets again on every resend: the same request
 # to the same model gives the same junk. Remembered in the cache beside the answers, so a
 # rerun does not pay for them; every other failure (connection, rate limit, 5xx, timeout) is
@@ -75,6 +80,8 @@ class Gateway:
         self.batch_store = None
         # True: remembered failures are sent again (carryon run --retry-failed).
         self.retry_failed = False
+        # The spending cap (budget_usd), set by the run context; None: no cap.
+        self.budget: Budget | None = None
         self._batchers: dict = {}
         self.batch_progress = {"submitted": 0, "resumed": 0, "done": 0, "pending": 0, "waiting": 0}
         # Limits and in-flight futures belong to one event loop; keyed by loop so a gateway
@@ -218,6 +225,8 @@ class Gateway:
                "reasoning_tokens", "cached_tokens")
 
     def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
+        if r.batch_id and not r.cached and self.budget is not None:
+            self.budget.settle(0.0, r.cost_usd)  # a batch line's bill (live ones: _request)
         prev = self._seen.get(r.call_hash)
         now = {"cache_hit": r.cached, "batch_id": r.batch_id, **{k: getattr(r, k) for k in self._SUMMED}}
         if prev is not None:
@@ -332,7 +341,12 @@ class Gateway:
         while True:
             r.attempts += 1
             async with lim.slot():
+                held = await self.hold_budget(
+                    bound(spec, prompt_chars(kwargs, convo, prompt))) if self.budget else 0.0
                 got = await self._send(kwargs, convo, prompt)
+                if self.budget is not None:
+                    self.budget.settle(held, 0.0 if isinstance(got, Failure) else answer_cost(
+                        spec, got.usage, got.response_cost))
             if isinstance(got, Failure):
                 if got.group == "context":
                     return self._fail(r, started, api_key, "context_exceeded", got.text)
@@ -355,6 +369,22 @@ class Gateway:
             if decided is not None:
                 return decided
             reasks += 1
+
+    async def hold_budget(self, usd: float, force: bool = False) -> float:
+        """Commit ``usd`` of the budget before a request or a batch goes out; when it would
+        pass the cap, stop the run as Ctrl-C does (tasks/ops/interrupt.py): this call never
+        returns, nothing new is sent, what is in flight finishes. Returns what it held (0
+        without a cap); ``force``: held whatever the cap (a batch already submitted)."""
+        budget = self.budget
+        if budget is None:
+            return 0.0
+        first = not budget.stopped
+        if not budget.hold(usd, force):
+            if first:
+                log.warning("%s", budget.line())
+            interrupt.stop(budget.line, BUDGET_EXIT_CODE)
+            await interrupt.checkpoint()
+        return usd
 
     async def _send(self, kwargs: dict, convo, prompt) -> Reply | Failure:
         """One request: in a gateway worker process when the run has them, else here.

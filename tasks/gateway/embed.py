@@ -17,7 +17,9 @@ import json
 import time
 
 from tasks.gateway.client import CallResult, Gateway
+from tasks.gateway.budget import bound
 from tasks.gateway.keys import cache_key
+from tasks.gateway.prices import answer_cost
 from tasks.gateway.transport import _litellm, _retry_after
 from tasks.model_entry import ModelSpec, api_key_for
 from tasks.ops import interrupt
@@ -77,6 +79,8 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
     started = time.perf_counter()
     while True:
         r.attempts += 1
+        # The budget (tasks/gateway/budget.py) before the try: a stop is not an API error.
+        held = await gw.hold_budget(bound(spec, sum(map(len, texts)))) if gw.budget else 0.0
         try:
             await interrupt.checkpoint()  # nothing new is sent after Ctrl-C
             async with lim.slot():
@@ -86,6 +90,7 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
                 litellm.ServiceUnavailableError, litellm.APIConnectionError,
                 litellm.Timeout, litellm.BadGatewayError) as e:
             failures += 1
+            _settle(gw, held, 0.0)
             if failures > spec.max_retries:
                 r.connect_failed = (isinstance(e, litellm.APIConnectionError)
                                     or "connection error" in str(e).lower())
@@ -93,20 +98,29 @@ async def _request(gw: Gateway, key: str, spec: ModelSpec, role: str, texts: lis
             await asyncio.sleep(gw._backoff(failures, _retry_after(e)))
             continue
         except Exception as e:  # bad request, auth, unknown model
+            _settle(gw, held, 0.0)
             return gw._fail(r, started, api_key, "api_error", e)
         break
+    usage = getattr(resp, "usage", None)
+    cost = answer_cost(spec, usage, float(
+        (getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0))
+    _settle(gw, held, cost)  # answered: billed, whatever the vectors are worth
     data = sorted(getattr(resp, "data", None) or [], key=lambda d: _get(d, "index") or 0)
     vectors = [pooled(_get(d, "embedding")) for d in data]
     if len(vectors) != len(texts) or not all(vectors):
         return gw._fail(r, started, api_key, "invalid_output",
                         f"expected {len(texts)} embeddings, got {len(vectors)} usable")
-    usage = getattr(resp, "usage", None)
     r.prompt_tokens = getattr(usage, "prompt_tokens", 0) or 0
-    r.cost_usd = float((getattr(resp, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+    r.cost_usd = cost
     r.vectors = vectors
     r.content = json.dumps(r.vectors)
     r.latency_s = time.perf_counter() - started
     return r
+
+
+def _settle(gw: Gateway, held: float, billed: float) -> None:
+    if gw.budget is not None:
+        gw.budget.settle(held, billed)
 
 
 def pooled(v) -> list[float] | None:

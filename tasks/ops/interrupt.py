@@ -21,6 +21,14 @@ SIGINT or SIGTERM:
 A second signal exits at once (``os._exit(130)``): the children go with the process, and
 the runs row left ``running`` is marked ``interrupted`` by the next run (tasks/engine/run.py).
 
+``stop(why, code)`` is the same stop asked for by the run itself (the gateway, when the next
+request or batch would pass ``budget_usd``: tasks/gateway/budget.py): ``why()`` is the line the
+runs row and the terminal get, ``code`` the exit status. Where no ``run`` drives the loop (a
+flow called directly, a deployment's worker), ``checkpoint()`` lets the requests in flight
+finish (up to the grace) and raises ``Interrupted`` in the caller instead of waiting for a
+cancel that nobody would send; ``end_of_run()`` then forgets the stop, so the process's next
+run starts clean.
+
 Standard library only; the gateway imports this module.
 """
 
@@ -42,7 +50,12 @@ EXIT_CODE = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
 class Interrupted(Exception):
-    """The run stopped on a signal (raised by ``run`` in the main thread)."""
+    """The run stopped on a signal or on its own ``stop`` (raised by ``run`` in the main
+    thread, or by ``checkpoint`` where no ``run`` drives the loop); ``code``: the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_CODE):
+        super().__init__(message)
+        self.code = code
 
 
 class _State:
@@ -54,6 +67,8 @@ class _State:
         self.grace_s = GRACE_S
         self.began: float | None = None
         self.stopping = False  # _begin ran
+        self.why = None  # stop(): the reason line, computed when asked (the final figures)
+        self.code = EXIT_CODE
 
 
 _state = _State()
@@ -66,6 +81,8 @@ def requested() -> bool:
 
 def reason() -> str:
     """One line for the runs row and the terminal."""
+    if _state.why is not None:
+        return _state.why()
     return (f"interrupted by {_state.signal or 'a signal'}: no new model calls were sent; "
             "batches not finished were dropped whole (the answers they got are cached); "
             "run the same command again to finish")
@@ -74,14 +91,22 @@ def reason() -> str:
 def raise_if_requested() -> None:
     """Between stages: do not start another once a stop is asked for."""
     if requested():
-        raise Interrupted(reason())
+        raise Interrupted(reason(), _state.code)
 
 
 async def checkpoint() -> None:
     """Before a model request: returns at once, unless a stop was asked for; then it waits
-    until the flow's task is cancelled (so no request is sent after the signal)."""
-    if requested():
-        await asyncio.get_running_loop().create_future()  # never set: only cancel ends it
+    until the flow's task is cancelled (so no request is sent after the signal). Where no
+    ``run`` drives the loop, nobody would cancel it after a ``stop``: it waits for the requests
+    in flight (up to the grace) and raises ``Interrupted``."""
+    if not requested():
+        return
+    if _state.loop is None and _state.why is not None:  # a stop() nobody drives
+        deadline = time.monotonic() + _state.grace_s
+        while _state.sending > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        raise Interrupted(reason(), _state.code)
+    await asyncio.get_running_loop().create_future()  # never set: only cancel ends it
 
 
 @contextlib.contextmanager
@@ -144,6 +169,26 @@ def request(signame: str = "SIGINT") -> None:
     if _state.signal is not None:
         return
     _state.signal = signame
+    _begin_soon()
+
+
+def stop(why: Callable[[], str], code: int) -> None:
+    """The run stops itself, as on a signal: ``why()`` is its line, ``code`` its exit status
+    (the first stop wins)."""
+    if _state.signal is not None:
+        return
+    _state.signal, _state.why, _state.code = "stop", why, code
+    _begin_soon()
+
+
+def end_of_run() -> None:
+    """A run ended: forget a ``stop`` no ``run`` drives (``run`` itself reports and ends the
+    process's stop; a signal's stop is never forgotten here)."""
+    if _state.signal == "stop" and _state.loop is None:
+        reset()
+
+
+def _begin_soon() -> None:
     _state.began = time.monotonic()
     loop = _state.loop
     if loop is not None and not loop.is_closed():
@@ -190,6 +235,7 @@ def run(make_coro: Callable[[], Awaitable], grace_s: float | None = None):
     """Run ``make_coro()`` on an event loop in a thread of its own, with this module's signal
     handling (see the module docstring); its result, or its exception re-raised here.
     Raises ``Interrupted`` when a signal stopped it."""
+    reset()  # a stop belongs to one run: an earlier run's in this process is forgotten
     _state.grace_s = grace_from_env() if grace_s is None else grace_s
     out: dict = {}
 
@@ -214,7 +260,7 @@ def run(make_coro: Callable[[], Awaitable], grace_s: float | None = None):
         while thread.is_alive():
             thread.join(0.2)  # short waits: the main thread must run the signal handlers
     if requested():
-        raise Interrupted(reason())
+        raise Interrupted(reason(), _state.code)
     if "error" in out:
         raise out["error"]
     return out.get("result")

@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from tasks.ops import interrupt
-from tests.support.interrupt import GRACE_S, TimedServer, _config, _env  # timed_server: conftest.py
+from tests.support.interrupt import (  # noqa: F401 (fresh_interrupt: a fixture)
+    GRACE_S, TimedServer, _config, _env, fresh_interrupt,
+)  # timed_server: conftest.py
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,10 +154,8 @@ def test_sigint_to_the_group_mid_simulation_and_mid_judging(timed_server, tmp_pa
 # ----------------------------------------------------------------------------- units
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    interrupt.reset()
+def _fresh(fresh_interrupt):
     yield
-    interrupt.reset()
 
 
 def test_checkpoint_passes_until_a_stop_then_waits_for_cancel():
@@ -292,3 +292,48 @@ except interrupt.Interrupted as e:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def test_a_stop_the_run_asks_for_itself_ends_with_its_line_and_code():
+    """``stop(why, code)`` (the budget's): under ``run``, the flow is cancelled as on a signal,
+    and ``run`` raises Interrupted with the line ``why()`` gives at the end and the code."""
+    figures = {"spent": 1.0}
+
+    async def flow():
+        interrupt.stop(lambda: f"budget: spent {figures['spent']}", 3)
+        figures["spent"] = 2.0  # what finished after the stop counts in the line
+        await interrupt.checkpoint()
+
+    with pytest.raises(interrupt.Interrupted) as e:
+        interrupt.run(flow, grace_s=1.0)
+    assert (str(e.value), e.value.code) == ("budget: spent 2.0", 3)
+
+
+def test_without_run_a_stop_raises_once_in_flight_calls_are_answered():
+    """No ``run`` drives the loop (a flow called directly, a deployment's worker): the waiting
+    call raises Interrupted after the requests in flight are answered; ``end_of_run`` forgets
+    the stop so the process's next run starts clean."""
+    seen = []
+
+    async def sending(delay):
+        with interrupt.sending():
+            await asyncio.sleep(delay)
+        seen.append("answered")
+
+    async def go():
+        busy = asyncio.ensure_future(sending(0.3))
+        await asyncio.sleep(0.05)
+        interrupt.stop(lambda: "budget: stop", 3)
+        with pytest.raises(interrupt.Interrupted) as e:
+            await interrupt.checkpoint()
+        seen.append("raised")
+        await busy
+        return e.value.code
+
+    assert asyncio.run(go()) == 3
+    assert seen == ["answered", "raised"]
+    interrupt.end_of_run()
+    assert not interrupt.requested()
+    interrupt.request("SIGINT")  # a signal's stop is never forgotten by end_of_run
+    interrupt.end_of_run()
+    assert interrupt.requested()

@@ -1,7 +1,8 @@
 """A ``carryon run`` in a subprocess against the loopback server: its environment (``_env``,
 interrupt grace GRACE_S), its config (``_config``) and a server that records when each
-request arrived (``TimedServer``, the ``timed_server`` fixture). Used by test_interrupt,
-test_inflight_claims and test_hostile_target."""
+request arrived (``TimedServer``, the ``timed_server`` fixture), and ``fresh_interrupt`` (a
+test that stops a run starts and ends with no stop asked for). Used by test_interrupt,
+test_inflight_claims, test_hostile_target and test_budget."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks.ops import interrupt
 from tests.support.factories import base_config
 from tests.support.llm_server import LLMServer
 
@@ -36,6 +38,13 @@ def timed_server():
     server = TimedServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def fresh_interrupt():
+    interrupt.reset()
+    yield
+    interrupt.reset()
 
 
 def _env(tmp_path: Path) -> dict:

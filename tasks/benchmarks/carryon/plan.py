@@ -10,8 +10,9 @@ and the judges' are measured from their templates and the prefix tree (tasks/eng
 ``judge_prompt`` below), assuming answers use half their max_tokens; the checklist roles' are the role table's; where
 this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
 per call replace the estimate;
-costs come from litellm's local price map (or a model entry's ``price:``) and are blank for
-models neither prices. Each role is priced three ways (tasks/gateway/prices.py): live
+costs come from a model entry's ``price:``, the project's price table or litellm's local price
+map, model by model: a role's cost is its priced models' sum, and the headline names the
+models nobody prices (a lower bound then). Each role is priced three ways (tasks/gateway/prices.py): live
 (``cost_usd``), through a provider batch (``batch_usd``, 50% of live unless ``price:
 batch_discount`` says otherwise) and with the provider's prompt cache where the prompt
 layout allows it (``cached_usd``: Ben-Util's requests of one response share a prefix,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_lines, plan_row
 from prompts import CHARS_PER_TOKEN
 from tasks.judges.prompt_layout import (
     ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens, provider,
@@ -195,12 +196,13 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
-        cost_note(rows, "${:.2f} with provider prompt caching where the prompt layout allows "
-                  "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
-                                                if r["cached_usd"] is not None))),
         *_cache_notes(cfg, target_out, mean_items),
         *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
+        # The headline last: the total, or "lower bound" and the models left out of it.
+        *cost_lines(rows, "${:,.2f} with provider prompt caching where the prompt layout "
+                    "allows it (cached_usd).".format(sum(r["cached_usd"] for r in rows
+                                                         if r["cached_usd"] is not None))),
     ]
     if sim.get("move_check_resamples"):
         rs = sim["move_check_resamples"]
