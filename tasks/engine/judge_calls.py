@@ -205,7 +205,8 @@ class SpecKind(JudgeKind):
         return self._sample_key(spec, messages)
 
     def parse(self, r) -> tuple:
-        # An embedding call's answer is its vectors. A vote: (parsed, revised, reason, hash).
+        # An embedding call's answer is its vectors. A vote: (parsed, revision request or
+        # False, reason, hash).
         return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
 
     async def revise(self, gw, by_request):
@@ -220,9 +221,11 @@ class SpecKind(JudgeKind):
                     asks.append(((j, k), second))
         self.revisions = await asyncio.gather(*(
             self.ask(gw, self.specs[j], req.messages, req.schema) for (j, _), req in asks))
-        return {jk: (r.parsed, True, None, r.call_hash) if r.ok
-                else (None, True, reason(r), r.call_hash)
-                for (jk, _), r in zip(asks, self.revisions)}
+        # The vote's second field is the revision's request (a first answer's is not one): the
+        # judge reads the second answer against the request that asked it.
+        return {jk: (r.parsed, req, None, r.call_hash) if r.ok
+                else (None, req, reason(r), r.call_hash)
+                for (jk, req), r in zip(asks, self.revisions)}
 
     def all_results(self) -> list:
         return list(self.results) + list(self.revisions)
@@ -232,7 +235,10 @@ class SpecKind(JudgeKind):
         return votes[0]
 
     def _measures(self, t: TurnView, src, vote: tuple) -> list[Measure]:
-        parsed, revised, why, _ = vote
+        parsed, revision, why, _ = vote
+        revised = isinstance(revision, Request)  # a first answer's is False (None if failed)
+        if revised:
+            src = revision
         if why is not None:
             return self.judge.unscored_of(t, src, why, revised)
         return self.judge.verdicts_of(t, src, parsed, revised)
@@ -242,7 +248,7 @@ class SpecKind(JudgeKind):
         return {"judgment_set_id": self.set_id, "episode_id": t.episode_id,
                 "position": t.position, "measure": m.stored, "kind": self.kind,
                 "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                "reason": m.reason, "call_hash": call_hash, "evidence": m.evidence,
+                "reason": m.reason, "call_hash": m.call_hash or call_hash, "evidence": m.evidence,
                 "item_version": self.judge.item_version(t.item)}
 
     def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:
