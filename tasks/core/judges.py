@@ -101,6 +101,10 @@ class Request:
     # What the judge needs back with the answer (not sent, not in the cache key): Ben-Util's
     # response text, to check a quote against it.
     data: tuple = ()
+    # The leading characters of the first message that the turn's other requests share (Ben-Util
+    # per item: the instructions, the query and the response), marked for a provider that
+    # caches only marked prefixes; how the request travels, never in the cache key.
+    cache_prefix: int | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from collections import Counter
 
 from prompts import text_hash
 from tasks.core.judges import EmbedRequest, Judge, Measure, Request, TurnView, verdict_sample_key
+from tasks.gateway.transport import needs_cache_mark
 from tasks.model_entry import ModelSpec
 
 
@@ -133,6 +134,18 @@ async def run_calls(gw, kinds: list[JudgeKind]) -> None:
         kind.settle(await kind.revise(gw, kind.first_answers()))
 
 
+async def _then(done: asyncio.Event, call):
+    try:
+        return await call
+    finally:
+        done.set()
+
+
+async def _after(done: asyncio.Event, call):
+    await done.wait()
+    return await call
+
+
 def judgment_sample_key(spec: ModelSpec, messages: list[dict]) -> str | None:
     """A sampled judge's key under the judgment-set recipe (tasks/engine/verdicts.py). At
     temperature 0 the request alone determines the answer; a sampled judge gets a key derived
@@ -186,14 +199,36 @@ class SpecKind(JudgeKind):
 
     def calls(self, gw) -> list:
         # Embedding requests go through the gateway's embed (same cache, limits and
-        # provenance); chat requests as every kind's.
-        if not any(isinstance(s, EmbedRequest) for s in self.sources.values()):
-            return super().calls(gw)
-        from tasks.gateway.embed import embed
+        # provenance); chat requests as every kind's, with their shared prefix marked where
+        # the provider caches only marked prefixes (then one request per prefix goes first).
+        out = []
+        for spec in self.specs:
+            marked = needs_cache_mark(spec.model) and not spec.batch
+            first_of: dict[str, asyncio.Event] = {}
+            for src in self.sources.values():
+                if isinstance(src, EmbedRequest):
+                    from tasks.gateway.embed import embed
 
-        return [embed(gw, spec, self.role, list(src.texts)) if isinstance(src, EmbedRequest)
-                else self.ask(gw, spec, src.messages, src.schema)
-                for spec in self.specs for src in self.sources.values()]
+                    out.append(embed(gw, spec, self.role, list(src.texts)))
+                elif marked and src.cache_prefix:
+                    out.append(self._marked(gw, spec, src, first_of))
+                else:
+                    out.append(self.ask(gw, spec, src.messages, src.schema))
+        return out
+
+    def _marked(self, gw, spec, src: Request, first_of: dict):
+        """A request whose shared prefix is marked for the provider's prompt cache. The cache
+        holds a prefix only once a request that wrote it has been answered, and each write costs
+        more than a plain prompt (Anthropic: 1.25 times), so the first request of each prefix
+        goes alone and the others wait for it: one write, then reads."""
+        head = src.messages[0]["content"][:src.cache_prefix]
+        call = gw.chat(spec, self.role, src.messages, schema=src.schema,
+                       sample_key=self.sample_key(spec, src.messages),
+                       cache_prefix=src.cache_prefix)
+        if head in first_of:
+            return _after(first_of[head], call)
+        first_of[head] = asyncio.Event()
+        return _then(first_of[head], call)
 
     def messages(self, source: Request) -> list[dict]:
         return source.messages

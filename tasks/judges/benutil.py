@@ -72,6 +72,13 @@ def checked_answer(v: BenUtilVerdict, response: str) -> tuple:
     return (v.fulfilled, v.evidence[:MAX_EVIDENCE_CHARS], None)
 
 
+def shared_prefix(prompt: str) -> int:
+    """How much of a per-item prompt the response's other items' prompts share: everything up
+    to the end of the response's fenced block (the item comes after it: judges/benutil.j2)."""
+    end = prompt.rindex("<<<END RESPONSE ")
+    return prompt.index(">>>", end) + 3
+
+
 def reask_failed(why: str) -> str:
     return f"{EVIDENCE_NOT_IN_RESPONSE}: the re-ask failed ({why})"
 
@@ -183,9 +190,12 @@ class BenUtilJudge(Judge):
                             benutil_response.schema_for(items, response, self.args.quote_choices),
                             None, (Asked(query, response, tuple(items)),))]
         schema = quoted_verdict(response) if self.args.quote_choices else BenUtilVerdict
-        return [Request(benutil_messages(query, response, question), schema, unit,
-                        (query, response, question))
-                for unit, question in self.checklist(turn.item)]
+        out = []
+        for unit, question in self.checklist(turn.item):
+            messages = benutil_messages(query, response, question)
+            out.append(Request(messages, schema, unit, (query, response, question),
+                               cache_prefix=shared_prefix(messages[0]["content"])))
+        return out
 
     def revision(self, request: Request, first) -> Request | None:
         if self.per_response:
