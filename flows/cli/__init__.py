@@ -6,7 +6,8 @@ the cause (file, field, variable or URL); tracebacks are for bugs, not for user 
 This module assembles the typer ``app`` and ``main``; the commands live beside it:
 ``run.py`` (``run``, ``plan``), ``inputs.py`` (``data``, ``flows``), ``results.py`` (``sql``,
 ``report``), ``cache.py`` (``cache ...``), ``local_model.py`` (``local-model ...``),
-``prefect.py`` (``server ...``, ``merge``), ``validate.py`` (``validate ...``) and
+``prefect.py`` (``server ...``, ``merge``), ``validate.py`` (``validate ...``),
+``calibrate.py`` (``calibrate``: two settings of a judge, their agreement) and
 ``episodes.py`` (``data`` and ``report`` of an episode benchmark); ``common.py`` and
 ``table.py`` are what they share.
 """
@@ -25,7 +26,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
 
-from flows.cli import cache, inputs, local_model, prefect, results, run, validate  # noqa: E402
+from flows.cli import (  # noqa: E402
+    cache, calibrate, inputs, local_model, prefect, results, run, validate,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="CarryOnBench: utility recovery under benign intent clarification.")
@@ -38,6 +41,7 @@ app.command()(inputs.data)
 app.command("scripts")(inputs.scripts_cmd)
 app.command("flows", hidden=True)(inputs.scripts_cmd)  # its name before "scripts"
 app.command()(results.report)
+app.command()(calibrate.calibrate)
 app.add_typer(cache.cache_app, name="cache")
 app.add_typer(local_model.local_app, name="local-model")
 app.add_typer(prefect.server_app, name="server")
