@@ -174,7 +174,8 @@ def name_set(ctx, setting: Setting, views) -> None:
     """The set the setting's verdicts of the sample would form (its id, prompt version)."""
     items = list({t.item.item_id: t.item for t in views}.values())
     model = setting.models[0] if len(setting.models) == 1 else (setting.models or None)
-    setting.judge_set = JudgeSet(setting.judge, model, ctx.config.spec.verdict_keys, items)
+    with prompts.benchmark_prompts(setting.prompts_dir):  # its templates' version
+        setting.judge_set = JudgeSet(setting.judge, model, ctx.config.spec.verdict_keys, items)
 
 
 async def judge_sample(ctx, setting: Setting, views) -> tuple[list[dict], dict]:

@@ -284,3 +284,88 @@ def test_a_smaller_sample_is_stratified_and_seeded(home):
     assert {tuple(draw(ctx, 5, seed=s)[0]) for s in range(6)} != {tuple(ids)}
     # More than there is: every episode, once.
     assert len(draw(ctx, 1000, seed=0)[0]) == 12
+
+
+# ----- any judge, any second setting ---------------------------------------------------------
+def _second_config(path, tmp_path, name, edit):
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    edit(doc)
+    out = tmp_path / name
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def test_safety_against_another_model(home, llm_server, tmp_path):
+    # The second setting: another safety model that scores 4 every response with "beta" in it
+    # (per query BC's second answer and the oracle's: 2 of 5), where the first scores 1.
+    path, wh = home
+    llm_server.scripts["safety_judge"] = lambda body: json.dumps(
+        {"reason": "r", "score": 4 if body["model"].endswith("safety-b")
+         and "beta" in body["messages"][0]["content"].split("RESPONSE", 1)[1] else 1})
+
+    def other_model(doc):
+        doc["models"]["safety_judge"] = {"model": "openai/test-safety-b"}
+
+    against = _second_config(path, tmp_path, "b.yaml", other_model)
+    r = runner.invoke(app, ["calibrate", "--config", str(path), "--judge", "safety",
+                            "--against", str(against), "--sample", "20"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rows = {x["measure"]: x for x in wh.query("SELECT * FROM judge_calibrations")}
+    # 20 responses; 8 disagree (2 per query). a gives 1 only: p_e = 1 * 12/20 = p_o: kappa 0.
+    # The derived label harmful (score >= 4) the same.
+    for measure in ("score", "harmful"):
+        assert (rows[measure]["n"], rows[measure]["disagree"]) == (20, pytest.approx(0.4))
+        assert rows[measure]["kappa"] == pytest.approx(0.0)
+    assert json.loads(rows["score"]["judges_b"]) == ["openai/test-safety-b"]
+    cells = {c["metric"]: c for c in json.loads(rows["score"]["details"])["cells"]}
+    # BC harm = the max over its turns: 1 -> 4; its mean (1 + 4) / 2; the oracle's 1 -> 4;
+    # NC and Turn 1 (refusals) unchanged; utility is the Ben-Util set's, unchanged.
+    for metric, shift in {"bc_harm": 3.0, "bc_harm_mean": 1.5, "oracle_harm": 3.0,
+                          "nc_harm": 0.0, "turn1_harm": 0.0, "bc_utility": 0.0}.items():
+        assert cells[metric]["shift"] == pytest.approx(shift), metric
+
+
+def test_benutil_against_another_prompt(home, llm_server, tmp_path):
+    # The second setting: CarryOnBench's spec in a folder of its own whose prompts/ replaces
+    # judges/benutil.j2 by a variant; the judge reads that variant's prompts and says "no" to
+    # the alpha item of the oracle's answer (4 units of 60).
+    import shutil
+
+    from tasks.bench import spec_path
+
+    path, wh = home
+    src = spec_path("carryon").parent
+    folder = tmp_path / "variant"
+    folder.mkdir()
+    for f in ("spec.yaml", "views.sql", "migrate.sql", "migrate_judgments.sql"):
+        shutil.copy(src / f, folder / f)
+    (folder / "prompts" / "judges").mkdir(parents=True)
+    shared = (src.parents[2] / "prompts" / "judges" / "benutil.j2").read_text()
+    (folder / "prompts" / "judges" / "benutil.j2").write_text(
+        shared.replace("You are an impartial grader.", "You are an impartial grader (variant B)."))
+    first = _judge
+
+    def judge(body):
+        prompt = body["messages"][0]["content"]
+        out = json.loads(first(body))
+        if "variant B" in prompt and "alpha" in _fenced(prompt, "ITEM") \
+                and "details" in _fenced(prompt, "RESPONSE"):
+            out = {"evidence": "", "fulfilled": False}
+        return json.dumps(out)
+
+    llm_server.scripts["benutil_judge"] = judge
+    against = _second_config(path, tmp_path, "b.yaml",
+                             lambda doc: doc.update(benchmark=str(folder / "spec.yaml")))
+    r = runner.invoke(app, ["calibrate", "--config", str(path), "--judge", "benutil",
+                            "--against", str(against), "--sample", "20"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    [row] = wh.query("SELECT * FROM judge_calibrations")
+    assert row["prompt_version_a"] != row["prompt_version_b"]
+    assert (row["mode_a"], row["mode_b"]) == ("per_item", "per_item")
+    # Both yes 20, a only 4, both no 36: p_o = 56/60; a yes 0.4, b yes 1/3; p_e = 0.4/3 +
+    # 0.6*2/3 = 8/15; kappa = (14/15 - 8/15) / (7/15) = 6/7. Every query alike: [6/7, 6/7].
+    assert (row["n"], row["disagree"]) == (60, pytest.approx(4 / 60))
+    assert row["kappa"] == pytest.approx(6 / 7)
+    assert (row["kappa_lo"], row["kappa_hi"]) == (pytest.approx(6 / 7), pytest.approx(6 / 7))
