@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import re
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -369,3 +370,37 @@ def test_benutil_against_another_prompt(home, llm_server, tmp_path):
     assert (row["n"], row["disagree"]) == (60, pytest.approx(4 / 60))
     assert row["kappa"] == pytest.approx(6 / 7)
     assert (row["kappa_lo"], row["kappa_hi"]) == (pytest.approx(6 / 7), pytest.approx(6 / 7))
+
+
+# ----- the report states the mode and prints the calibration beside it -----------------------
+def test_the_report_states_the_mode_and_its_calibration(home, llm_server, write_config):
+    from tasks.benchmarks.carryon.report import calibration as rc
+
+    path, wh = home
+    st = rc.mode_stat(rc.load(wh))
+    rows = {r["kind"]: r for r in st.table.to_dict("records")}
+    assert rows["benutil"]["mode"] == "per_item" and pd.isna(rows["safety"]["mode"])
+    assert pd.isna(rows["benutil"]["calibration_id"]) and "Not calibrated" not in st.note
+
+    # The run judged again per response: that set is now the one in use, and nothing measures it.
+    per_response = write_config("per_response.yaml", judging={"benutil_mode": "per_response"})
+    ctx = RunContext(run_id="r2", config=load_config(per_response), warehouse=wh,
+                     stages=["verdicts"])
+    judge_stored(ctx)
+    ctx._gateway.close()
+    st = rc.mode_stat(rc.load(wh))
+    [used] = st.table[st.table["kind"] == "benutil"].to_dict("records")
+    assert used["mode"] == "per_response" and pd.isna(used["calibration_id"])
+    assert f"Not calibrated: {used['judgment_set_id']} is per_response" in st.note
+
+    # Calibrated against the per-item mode (its default second setting): beside it, the
+    # agreement and kappa worked out in the test above, and what it was measured against.
+    r = runner.invoke(app, ["calibrate", "--config", str(per_response), "--judge", "benutil",
+                            "--sample", "20"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    st = rc.mode_stat(rc.load(wh))
+    [used] = st.table[st.table["kind"] == "benutil"].to_dict("records")
+    assert (used["mode"], used["agreement_pct"], used["kappa"], used["kappa_ci"]) == (
+        "per_response", 83.3, 0.667, "[0.359, 1.000]")
+    assert used["against"] == "mode per_item; openai/test-judge"
+    assert "Not calibrated" not in st.note

@@ -34,7 +34,7 @@ def console(wh) -> tuple[str, list[dict]]:
             "scored, the rest unscored and left out)", summary_rows(wh))
 
 
-def calibration(*args, **kwargs) -> list[dict]:
+def calibration_cells(*args, **kwargs) -> list[dict]:
     """Table 2 of the sampled conversations under two settings of a judge, with each cell's
     shift and interval (``carryon calibrate``; calibration.py)."""
     from tasks.benchmarks.carryon.report.calibration import cell_shifts
@@ -56,7 +56,7 @@ def check(spec) -> None:
 
 
 @section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console,
-         check=check, calibration=calibration)
+         check=check, calibration=calibration_cells)
 def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
     from tasks.benchmarks.carryon.report.writer import build, summary_rows
