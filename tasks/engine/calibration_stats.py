@@ -65,7 +65,8 @@ def kappa_ci(pairs: list[tuple], n_boot: int = N_BOOT, seed: int = SEED,
     boot = boot[~np.isnan(boot)]
     if len(boot):
         alpha = (1 - level) / 2
-        out["ci_lo"], out["ci_hi"] = float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha))
+        out["ci_lo"] = float(np.quantile(boot, alpha))
+        out["ci_hi"] = float(np.quantile(boot, 1 - alpha))
     return out
 
 

@@ -319,8 +319,8 @@ def mark_cache_prefix(messages: list[dict], chars: int) -> list[dict]:
             *messages[1:]]
 
 
-def request_kwargs(spec, role: str, messages, schema,
-                   api_key: str | None, cache_prefix: int | None = None) -> tuple[dict, list | None]:
+def request_kwargs(spec, role: str, messages, schema, api_key: str | None,
+                   cache_prefix: int | None = None) -> tuple[dict, list | None]:
     """litellm's arguments for a call, and the messages to send (the schema appended in
     "prompt" structured mode; ``cache_prefix`` characters of the first message marked for the
     provider's prompt cache where it caches only marked prefixes, ``needs_cache_mark``). The

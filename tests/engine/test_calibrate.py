@@ -374,7 +374,7 @@ def test_benutil_against_another_prompt(home, llm_server, tmp_path):
 
 # ----- the report states the mode and prints the calibration beside it -----------------------
 def test_the_report_states_the_mode_and_its_calibration(home, llm_server, write_config):
-    from tasks.benchmarks.carryon.report import calibration as rc
+    from tasks.benchmarks.carryon.report import benutil_mode as rc
 
     path, wh = home
     st = rc.mode_stat(rc.load(wh))

@@ -176,8 +176,9 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
     measured = _measured_prompts(cfg, queries, target_out)
     recorded = _recorded_tokens(cfg)
     # Ben-Util's tokens per call in each mode (plan_benutil.py); the configured one's row.
-    per_mode = {m: plan_benutil.tokens(m, measured["benutil_judge"], _BASE_TOKENS["benutil_judge"][1],
-                                       mean_query_tokens(queries) or QUERY_TOKENS, target_out,
+    q_tokens = mean_query_tokens(queries) or QUERY_TOKENS
+    per_mode = {m: plan_benutil.tokens(m, measured["benutil_judge"],
+                                       _BASE_TOKENS["benutil_judge"][1], q_tokens, target_out,
                                        ITEM_TOKENS, mean_items) for m in plan_benutil.MODES}
     mode = cfg.judging.benutil_mode
     if mode != plan_benutil.PER_ITEM:  # the recorded calls are taken to be per-item ones

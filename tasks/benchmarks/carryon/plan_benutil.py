@@ -23,7 +23,9 @@ import functools
 from prompts import CHARS_PER_TOKEN
 from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
 from tasks.gateway.prices import plan_row
-from tasks.judges.benutil_response import MODES, PER_ITEM, PER_RESPONSE, response_messages  # noqa: F401
+from tasks.judges.benutil_response import (  # noqa: F401  (MODES: plan.py reads it here)
+    MODES, PER_ITEM, PER_RESPONSE, response_messages,
+)
 
 # A checklist line's own tokens beside its question ("12: " and the line break).
 ITEM_LINE_TOKENS = 2

@@ -7,8 +7,9 @@ paper_analyses.py, failure_modes.py, table2_ci.py compute (stat.py: what each re
 paper_compare.py and paper_data.py put them beside the paper's numbers (../paper.yaml);
 figures.py, figures_paper.py draw (not_drawn.py: a figure with nothing to show);
 construction.py, fidelity.py, judging.py, cost.py are the checklist, move-checker, judging
-and cost sections (``load(wh)`` into ``ReportData.extra``, ``stats(extra)``); calibration.py
-gives ``carryon calibrate`` Table 2 under two settings of a judge;
+and cost sections (``load(wh)`` into ``ReportData.extra``, ``stats(extra)``), benutil_mode.py
+the sets in use with their mode and calibration; calibration.py gives ``carryon calibrate``
+Table 2 under two settings of a judge;
 figure_cache.py, stats_cache.py keep a rerun from drawing and computing again; writer.py
 assembles, markdown.py and html.py render. The page shell and its escaping are the shared
 tasks/report/page_base.py's."""

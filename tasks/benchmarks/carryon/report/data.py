@@ -169,9 +169,9 @@ def _load_judging(wh, run_id):
 
 
 def _load_calibration(wh, run_id):
-    from tasks.benchmarks.carryon.report import calibration
+    from tasks.benchmarks.carryon.report import benutil_mode
 
-    return calibration.load(wh, run_id)
+    return benutil_mode.load(wh, run_id)
 
 
 def _load_cost(wh, run_id):
