@@ -404,3 +404,24 @@ def test_the_report_states_the_mode_and_its_calibration(home, llm_server, write_
         "per_response", 83.3, 0.667, "[0.359, 1.000]")
     assert used["against"] == "mode per_item; openai/test-judge"
     assert "Not calibrated" not in st.note
+
+
+def test_the_written_report_holds_the_statement(home, llm_server):
+    # `carryon report` of the calibrated home: the statement is a table of the report, with
+    # the mode and the calibration's numbers beside the set in use.
+    path, wh = home
+    cfg = load_config(path)
+    wh.write("runs", [{"run_id": "r1", "config_hash": cfg.config_hash(),
+                       "config_json": cfg.model_dump_json(), "seed": 0, "stages": "verdicts",
+                       "started": NOW, "finished": NOW, "status": "completed"}])
+    r = runner.invoke(app, ["calibrate", "--config", str(path), "--judge", "benutil",
+                            "--sample", "20"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["report", "--config", str(path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    [md] = (cfg.home_path / "reports").glob("*/report.md")
+    text = md.read_text()
+    assert "Ben-Util mode and measured agreement of the judgment sets in use" in text
+    [line] = [x for x in text.splitlines() if x.startswith("| benutil ")]
+    assert "| per_item |" in line and "| 60 | 83.30 | 0.67 | [0.359, 1.000] |" in line, line
+    assert "mode per_response; openai/test-judge" in line

@@ -94,4 +94,7 @@ def mode_stat(extra: dict):
         note += (" Not calibrated: " + ", ".join(uncalibrated) + " is per_response and no "
                  "calibration measures it: run `carryon calibrate --judge benutil --sample 300` "
                  "before trusting its numbers.")
-    return Stat(TITLE, pd.DataFrame(rows), note, key="benutil_mode")
+    table = pd.DataFrame(rows)
+    for col in ("n_queries", "n_units"):  # counts, blank where there is none
+        table[col] = table[col].astype("Int64")
+    return Stat(TITLE, table, note, key="benutil_mode")
