@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args
 
 import yaml
 from pydantic import (
@@ -120,6 +120,11 @@ class JudgingConfig(_Strict):
     # with the request; the prompt is unchanged): for small local models that cannot copy
     # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
     benutil_quote_choices: bool = False
+    # per_item (the paper's, one Ben-Util call per response and checklist item) or
+    # per_response (one call per response judges its whole checklist: about a tenth of the
+    # calls; measure its agreement with `carryon calibrate` first, docs/fidelity.md). A new
+    # judgment set.
+    benutil_mode: Literal["per_item", "per_response"] = "per_item"
 
 
 def _role_field(r):
@@ -261,6 +266,8 @@ class Config(_Strict):
                 del doc[key]
         if not doc["judging"].get("benutil_quote_choices"):
             doc["judging"].pop("benutil_quote_choices", None)  # the same, for this key
+        if doc["judging"].get("benutil_mode", "per_item") == "per_item":
+            doc["judging"].pop("benutil_mode", None)  # and this one
         for name in set(ROLES) - set(HASHED_ROLES):
             if doc["models"].get(name) is None:
                 doc["models"].pop(name, None)

@@ -7,6 +7,7 @@ This module assembles the typer ``app`` and ``main``; the commands live beside i
 ``run.py`` (``run``, ``plan``), ``check.py`` (``check``), ``inputs.py`` (``data``, ``flows``),
 ``results.py`` (``sql``, ``report``), ``cache.py`` (``cache ...``), ``local_model.py`` (``local-model ...``),
 ``prefect.py`` (``server ...``, ``merge``), ``validate.py`` (``validate ...``),
+``calibrate.py`` (``calibrate``: two settings of a judge, their agreement),
 ``export.py`` (``export``, ``import``) and
 ``episodes.py`` (``data`` and ``report`` of an episode benchmark); ``common.py`` and
 ``table.py`` are what they share.
@@ -27,7 +28,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import typer  # noqa: E402
 
 from flows.cli import (  # noqa: E402
-    cache, check, export, inputs, local_model, prefect, results, run, validate,
+    cache, calibrate, check, export, inputs, local_model, prefect, results, run, validate,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -44,6 +45,7 @@ app.command("flows", hidden=True)(inputs.scripts_cmd)  # its name before "script
 app.command()(results.report)
 app.command()(export.export)
 app.command("import")(export.import_cmd)
+app.command()(calibrate.calibrate)
 app.add_typer(cache.cache_app, name="cache")
 app.add_typer(local_model.local_app, name="local-model")
 app.add_typer(prefect.server_app, name="server")

@@ -21,9 +21,11 @@ A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
   with several requests per turn writes ``verdicts_of(turn, request, parsed)`` and
   ``unscored_of(turn, request, reason)`` instead, whose measures carry the request's unit;
 - ``revision(request, first) -> Request | None`` (optional): ask once more after a first
-  answer (``first``: the gateway's result, ``first.parsed`` and ``first.content``), e.g.
-  Ben-Util's re-ask when its evidence quote is not in the response; the second answer
-  replaces the first (``revised=True`` reaches ``verdicts_of`` / ``unscored_of``);
+  answer (``first``: the gateway's result, ``first.parsed``, ``first.content`` and
+  ``first.call_hash``), e.g. Ben-Util's re-ask when its evidence quote is not in the response;
+  the second answer replaces the first: ``verdicts_of`` / ``unscored_of`` then get the
+  revision's request (its ``data`` may carry what stands from the first answer) and
+  ``revised=True``;
 - ``combine(per_judge) -> list[Measure]``: several judge models' measures of one request as
   one (a majority by default; safety: the median rule);
 - ``agreement`` (optional): derived labels the panel's agreement is also computed on
@@ -99,6 +101,10 @@ class Request:
     # What the judge needs back with the answer (not sent, not in the cache key): Ben-Util's
     # response text, to check a quote against it.
     data: tuple = ()
+    # The leading characters of the first message that the turn's other requests share (Ben-Util
+    # per item: the instructions, the query and the response), marked for a provider that
+    # caches only marked prefixes; how the request travels, never in the cache key.
+    cache_prefix: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,9 @@ class Measure:
     reason: str | None = None
     unit: str | None = None  # the request's unit (a checklist item), stored as measure:unit
     evidence: str | None = None  # the quote the verdict rests on (Ben-Util), apart from reason
+    # The call the verdict was read from, where it is not the answer's own: after a re-ask
+    # that asked for some units only, the units that stood keep their first call's hash.
+    call_hash: str | None = None
 
     @property
     def stored(self) -> str:

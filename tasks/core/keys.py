@@ -118,12 +118,15 @@ class SharedCalls:
     def __init__(self, gateway):
         self._gw, self._calls = gateway, {}
 
-    async def chat(self, spec, role, messages, *, schema=None, sample_key=None, live=False):
+    async def chat(self, spec, role, messages, *, schema=None, sample_key=None, live=False,
+                   cache_prefix=None):
         key = (role, self._gw.chat_key(spec, messages, schema, sample_key), live)
         task = self._calls.get(key)
         if task is None:
+            # (cache_prefix: how the request travels, not what it asks; not in the key)
+            more = {"cache_prefix": cache_prefix} if cache_prefix is not None else {}
             task = self._calls[key] = asyncio.ensure_future(self._gw.chat(
-                spec, role, messages, schema=schema, sample_key=sample_key, live=live))
+                spec, role, messages, schema=schema, sample_key=sample_key, live=live, **more))
         return await task
 
     def __getattr__(self, name):

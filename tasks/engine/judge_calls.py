@@ -33,6 +33,7 @@ from collections import Counter
 
 from prompts import text_hash
 from tasks.core.judges import EmbedRequest, Judge, Measure, Request, TurnView, verdict_sample_key
+from tasks.gateway.transport import needs_cache_mark
 from tasks.model_entry import ModelSpec
 
 
@@ -133,6 +134,18 @@ async def run_calls(gw, kinds: list[JudgeKind]) -> None:
         kind.settle(await kind.revise(gw, kind.first_answers()))
 
 
+async def _then(done: asyncio.Event, call):
+    try:
+        return await call
+    finally:
+        done.set()
+
+
+async def _after(done: asyncio.Event, call):
+    await done.wait()
+    return await call
+
+
 def judgment_sample_key(spec: ModelSpec, messages: list[dict]) -> str | None:
     """A sampled judge's key under the judgment-set recipe (tasks/engine/verdicts.py). At
     temperature 0 the request alone determines the answer; a sampled judge gets a key derived
@@ -186,14 +199,36 @@ class SpecKind(JudgeKind):
 
     def calls(self, gw) -> list:
         # Embedding requests go through the gateway's embed (same cache, limits and
-        # provenance); chat requests as every kind's.
-        if not any(isinstance(s, EmbedRequest) for s in self.sources.values()):
-            return super().calls(gw)
-        from tasks.gateway.embed import embed
+        # provenance); chat requests as every kind's, with their shared prefix marked where
+        # the provider caches only marked prefixes (then one request per prefix goes first).
+        out = []
+        for spec in self.specs:
+            marked = needs_cache_mark(spec.model) and not spec.batch
+            first_of: dict[str, asyncio.Event] = {}
+            for src in self.sources.values():
+                if isinstance(src, EmbedRequest):
+                    from tasks.gateway.embed import embed
 
-        return [embed(gw, spec, self.role, list(src.texts)) if isinstance(src, EmbedRequest)
-                else self.ask(gw, spec, src.messages, src.schema)
-                for spec in self.specs for src in self.sources.values()]
+                    out.append(embed(gw, spec, self.role, list(src.texts)))
+                elif marked and src.cache_prefix:
+                    out.append(self._marked(gw, spec, src, first_of))
+                else:
+                    out.append(self.ask(gw, spec, src.messages, src.schema))
+        return out
+
+    def _marked(self, gw, spec, src: Request, first_of: dict):
+        """A request whose shared prefix is marked for the provider's prompt cache. The cache
+        holds a prefix only once a request that wrote it has been answered, and each write costs
+        more than a plain prompt (Anthropic: 1.25 times), so the first request of each prefix
+        goes alone and the others wait for it: one write, then reads."""
+        head = src.messages[0]["content"][:src.cache_prefix]
+        call = gw.chat(spec, self.role, src.messages, schema=src.schema,
+                       sample_key=self.sample_key(spec, src.messages),
+                       cache_prefix=src.cache_prefix)
+        if head in first_of:
+            return _after(first_of[head], call)
+        first_of[head] = asyncio.Event()
+        return _then(first_of[head], call)
 
     def messages(self, source: Request) -> list[dict]:
         return source.messages
@@ -205,7 +240,8 @@ class SpecKind(JudgeKind):
         return self._sample_key(spec, messages)
 
     def parse(self, r) -> tuple:
-        # An embedding call's answer is its vectors. A vote: (parsed, revised, reason, hash).
+        # An embedding call's answer is its vectors. A vote: (parsed, revision request or
+        # False, reason, hash).
         return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
 
     async def revise(self, gw, by_request):
@@ -220,9 +256,11 @@ class SpecKind(JudgeKind):
                     asks.append(((j, k), second))
         self.revisions = await asyncio.gather(*(
             self.ask(gw, self.specs[j], req.messages, req.schema) for (j, _), req in asks))
-        return {jk: (r.parsed, True, None, r.call_hash) if r.ok
-                else (None, True, reason(r), r.call_hash)
-                for (jk, _), r in zip(asks, self.revisions)}
+        # The vote's second field is the revision's request (a first answer's is not one): the
+        # judge reads the second answer against the request that asked it.
+        return {jk: (r.parsed, req, None, r.call_hash) if r.ok
+                else (None, req, reason(r), r.call_hash)
+                for (jk, req), r in zip(asks, self.revisions)}
 
     def all_results(self) -> list:
         return list(self.results) + list(self.revisions)
@@ -232,7 +270,10 @@ class SpecKind(JudgeKind):
         return votes[0]
 
     def _measures(self, t: TurnView, src, vote: tuple) -> list[Measure]:
-        parsed, revised, why, _ = vote
+        parsed, revision, why, _ = vote
+        revised = isinstance(revision, Request)  # a first answer's is False (None if failed)
+        if revised:
+            src = revision
         if why is not None:
             return self.judge.unscored_of(t, src, why, revised)
         return self.judge.verdicts_of(t, src, parsed, revised)
@@ -242,7 +283,7 @@ class SpecKind(JudgeKind):
         return {"judgment_set_id": self.set_id, "episode_id": t.episode_id,
                 "position": t.position, "measure": m.stored, "kind": self.kind,
                 "model_turn": t.model_turn, "value": m.value, "label": m.label,
-                "reason": m.reason, "call_hash": call_hash, "evidence": m.evidence,
+                "reason": m.reason, "call_hash": m.call_hash or call_hash, "evidence": m.evidence,
                 "item_version": self.judge.item_version(t.item)}
 
     def turn_rows(self, t: TurnView, keys: list[tuple]) -> None:

@@ -105,16 +105,21 @@ class Gateway:
     # ----- public API ----------------------------------------------------------------------
     async def chat(self, spec: ModelSpec, role: str, messages: list[dict], *,
                    schema: type[BaseModel] | None = None, sample_key: str | None = None,
-                   live: bool = False) -> CallResult:
+                   live: bool = False, cache_prefix: int | None = None) -> CallResult:
         """One chat completion. With ``schema`` the answer is validated (``result.parsed``).
         A ``batch: true`` model's call waits for its provider batch (tasks/gateway/batching.py)
-        when the run gave the gateway a warehouse to record batches in, unless ``live``."""
+        when the run gave the gateway a warehouse to record batches in, unless ``live``.
+        ``cache_prefix``: the leading characters of the first message that other requests
+        share, marked for a provider that caches only marked prefixes (transport.py
+        ``needs_cache_mark``); how the request travels, so never in the cache key. Provider
+        batches are sent unmarked."""
         self.servers.check(spec)
         if spec.batch and self.batch_store is not None and not live:
             await interrupt.checkpoint()  # no provider batch is submitted after Ctrl-C
             return await collector_for(self).chat(spec, role, messages, schema, sample_key)
         key = self.chat_key(spec, messages, schema, sample_key)
-        return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema))
+        return await self._dedup(key, lambda: self._run(key, spec, role, messages, None, schema,
+                                                        cache_prefix))
 
     @staticmethod
     def chat_key(spec: ModelSpec, messages: list[dict], schema: type[BaseModel] | None = None,
@@ -307,7 +312,8 @@ class Gateway:
         hit = self._hit(key, role, spec, messages, prompt, schema)
         return hit if hit is not None else self._remembered(key, role, spec)
 
-    async def _run(self, key, spec, role, messages, prompt, schema) -> CallResult:
+    async def _run(self, key, spec, role, messages, prompt, schema,
+                   cache_prefix: int | None = None) -> CallResult:
         known = self._known(key, role, spec, messages, prompt, schema)
         if known is not None:
             return known
@@ -317,21 +323,23 @@ class Gateway:
             known = self._known(key, role, spec, messages, prompt, schema) if waited else None
             if known is not None:
                 return known
-            r = await self._request(key, spec, role, messages, prompt, schema)
+            r = await self._request(key, spec, role, messages, prompt, schema, cache_prefix)
             self._store(key, spec, role, r)
         self.servers.note(spec, r)  # may raise ServerUnavailable
         return r
 
     @staticmethod
-    def _request_kwargs(spec: ModelSpec, role: str, messages, schema) -> tuple[dict, list | None]:
+    def _request_kwargs(spec: ModelSpec, role: str, messages, schema,
+                        cache_prefix: int | None = None) -> tuple[dict, list | None]:
         """litellm's arguments for a call (transport.py), the key read from the environment
         now; the batch client builds its request lines from the same."""
-        return request_kwargs(spec, role, messages, schema, api_key_for(spec))
+        return request_kwargs(spec, role, messages, schema, api_key_for(spec), cache_prefix)
 
-    async def _request(self, key, spec, role, messages, prompt, schema) -> CallResult:
+    async def _request(self, key, spec, role, messages, prompt, schema,
+                       cache_prefix: int | None = None) -> CallResult:
         """Send the request with retries (transport) and re-asks (invalid structured output)."""
         r = CallResult(call_hash=key)
-        kwargs, messages = self._request_kwargs(spec, role, messages, schema)
+        kwargs, messages = self._request_kwargs(spec, role, messages, schema, cache_prefix)
         api_key = kwargs.get("api_key")
         convo = list(messages) if messages is not None else None
         lim = self._limit(spec)

@@ -293,11 +293,39 @@ async def send(kwargs: dict, messages: list | None, prompt: str | None) -> Reply
         return failure_of(e)
 
 
-def request_kwargs(spec, role: str, messages, schema,
-                   api_key: str | None) -> tuple[dict, list | None]:
+# Providers whose prompt cache serves only a prefix the request marks (``cache_control``):
+# Anthropic's Messages API (its prompt-caching page: a breakpoint on a content block caches
+# everything up to and including that block). OpenAI and Gemini cache prefixes by themselves,
+# unmarked; litellm would turn a mark on a Gemini message into an explicit context cache (a
+# stored, billed object), so only these providers get one.
+CACHE_MARK_PROVIDERS = ("anthropic",)
+
+
+def needs_cache_mark(model: str) -> bool:
+    """Whether a request to ``model`` must mark a shared prefix to have it cached."""
+    return "/" in model and model.split("/", 1)[0] in CACHE_MARK_PROVIDERS
+
+
+def mark_cache_prefix(messages: list[dict], chars: int) -> list[dict]:
+    """The messages with the first ``chars`` characters of the first message marked as a
+    prompt-cache prefix: its text split into two text blocks, ``cache_control`` on the first.
+    The text is the same, in the same order; only how it travels changes (the cache key holds
+    the messages as rendered, unmarked)."""
+    first = messages[0].get("content")
+    if not isinstance(first, str) or not 0 < chars < len(first):
+        return messages
+    block = {"type": "text", "text": first[:chars], "cache_control": {"type": "ephemeral"}}
+    return [{**messages[0], "content": [block, {"type": "text", "text": first[chars:]}]},
+            *messages[1:]]
+
+
+def request_kwargs(spec, role: str, messages, schema, api_key: str | None,
+                   cache_prefix: int | None = None) -> tuple[dict, list | None]:
     """litellm's arguments for a call, and the messages to send (the schema appended in
-    "prompt" structured mode). The gateway and the batch client build their requests alike
-    (``Gateway._request_kwargs``, which reads the key from the environment)."""
+    "prompt" structured mode; ``cache_prefix`` characters of the first message marked for the
+    provider's prompt cache where it caches only marked prefixes, ``needs_cache_mark``). The
+    gateway and the batch client build their requests alike (``Gateway._request_kwargs``,
+    which reads the key from the environment)."""
     kwargs = {
         "model": spec.model, "api_base": spec.api_base, "api_key": api_key,
         "timeout": spec.timeout_s, "max_retries": 0, "num_retries": 0,
@@ -317,6 +345,8 @@ def request_kwargs(spec, role: str, messages, schema,
             kwargs["response_format"] = rf
         else:
             messages = _with_schema_instructions(messages, schema, spec.max_string_chars)
+    if cache_prefix and messages is not None and needs_cache_mark(spec.model):
+        messages = mark_cache_prefix(messages, cache_prefix)
     return kwargs, messages
 
 

@@ -15,10 +15,18 @@ The plan assumes a prefix is cached only where the gateway's request earns it as
 - Gemini 2.5 and newer cache implicitly, from a minimum prefix per model (the Gemini API's
   caching page, last updated 2026-10-13: 2,048 tokens for Gemini 2.5 Flash and Pro, 4,096 for
   Gemini 3.x), and report ``usageMetadata.cachedContentTokenCount``;
-- Anthropic caches only a prefix the request marks with ``cache_control``. The gateway sends no
-  such mark (the cache key's messages are sent as rendered), so the plan assumes no cache
-  reads for Anthropic models (``NOT_SENT``), and a ``cache_read_input_tokens`` the provider
-  reports anyway is recorded and billed as reported.
+- Anthropic caches only a prefix the request marks with ``cache_control`` (its prompt-caching
+  page), from a minimum per model (1,024 tokens for Claude Sonnet 4 and 4.5, Opus 4 and 4.1,
+  Sonnet 3.7; 2,048 for the Haiku 3.x models, and for Sonnet 4.6, whose documented 1,024 was
+  observed to be 2,048 (anthropic-sdk-python issue #1194); 4,096 for Haiku 4.5 and Opus 4.5
+  and 4.6; a model not listed here is assumed 4,096), writes a prefix at 1.25 times the
+  input price and reads it at 0.1 times (docs/cost.md names the pages). Ben-Util's per-item requests name their shared prefix
+  (``Request.cache_prefix``) and the gateway marks it for Anthropic models
+  (tasks/gateway/transport.py ``mark_cache_prefix``; not in the cache key, and not on provider
+  batch lines); the first request of a response goes alone and the others wait for it
+  (tasks/engine/judge_calls.py), so each prefix is written once and read by the rest. The plan
+  counts the write premium (``ANTHROPIC_WRITE``). Bedrock's cache points are not sent
+  (``NOT_SENT``).
 
 A provider not listed gets no estimate (None): the plan assumes no provider cache there.
 Whatever the plan assumed, ``llm_calls.cached_tokens`` holds what the provider reported and
@@ -32,13 +40,19 @@ from dataclasses import dataclass
 
 from prompts import CHARS_PER_TOKEN
 
-CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 4096, "vertex_ai": 4096}
+CACHE_MIN_TOKENS = {"openai": 1024, "azure": 1024, "gemini": 4096, "vertex_ai": 4096,
+                    "anthropic": 4096}
 # Gemini models with a lower floor than the provider's default above (prefix of the model id).
 GEMINI_MIN_TOKENS = {"gemini-2.5": 2048}
-# Providers that cache only prefixes the request marks, which the gateway does not: why.
-NOT_SENT = {"anthropic": "Anthropic caches only prefixes marked with cache_control, which the "
-                         "gateway does not send",
-            "bedrock": "Bedrock caches only prefixes marked with a cache point, which the gateway "
+# Anthropic models with a lower floor than the 4,096 assumed for any other (prefix of the id).
+ANTHROPIC_MIN_TOKENS = {"claude-sonnet-4-6": 2048, "claude-3-5-haiku": 2048,
+                        "claude-3-haiku": 2048, "claude-sonnet-4": 1024, "claude-opus-4-1": 1024,
+                        "claude-opus-4-2025": 1024, "claude-3-7-sonnet": 1024}
+# Anthropic's prices of a cache write and a cache read, as multiples of the input price (its
+# prompt-caching page; the 5-minute cache).
+ANTHROPIC_WRITE, ANTHROPIC_READ = 1.25, 0.1
+# Providers that cache only prefixes the request marks, where the gateway sends none: why.
+NOT_SENT = {"bedrock": "Bedrock caches only prefixes marked with a cache point, which the gateway "
                        "does not send"}
 # Rough lengths the plan assumes for a query and a checklist item (CASE-Bench's queries and
 # the decomposer's yes/no questions are a sentence each).
@@ -57,10 +71,14 @@ def cache_min_tokens(model: str) -> int | None:
     if model.startswith("openai/local-"):
         return None  # the embedded local model has no provider cache
     p = provider(model)
-    if p in ("gemini", "vertex_ai"):
-        name = model.split("/", 1)[-1]
-        return next((n for pre, n in GEMINI_MIN_TOKENS.items() if name.startswith(pre)),
-                    CACHE_MIN_TOKENS[p])
+    name = model.split("/", 1)[-1]
+    floors = {"gemini": GEMINI_MIN_TOKENS, "vertex_ai": GEMINI_MIN_TOKENS,
+              "anthropic": ANTHROPIC_MIN_TOKENS}.get(p)
+    if floors is not None:
+        # The longest matching prefix ("claude-sonnet-4-6" before "claude-sonnet-4").
+        for pre in sorted(floors, key=len, reverse=True):
+            if name.startswith(pre):
+                return floors[pre]
     return CACHE_MIN_TOKENS.get(p)
 
 
@@ -94,7 +112,15 @@ class BenUtilLayout:
         if prefix < floor:
             return 0.0
         per_request = prefix + item_tokens + self.suffix_chars / CHARS_PER_TOKEN
-        return (items - 1) * prefix / (items * per_request)
+        reads = (items - 1) * prefix / (items * per_request)
+        if provider(model) != "anthropic":
+            return reads
+        # Anthropic bills the one write per response at 1.25 times the input price. As a share
+        # priced at the read rate (what the plan's cached column takes): reads r, write w cost
+        # r*0.1 + w*1.25 + (1-r-w) of the input price, which is s*0.1 + (1-s) for
+        # s = r - 0.25 * w / (1 - 0.1).
+        write = prefix / (items * per_request)
+        return reads - (ANTHROPIC_WRITE - 1) * write / (1 - ANTHROPIC_READ)
 
 
 def benutil_layout() -> BenUtilLayout:

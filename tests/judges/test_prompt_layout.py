@@ -95,10 +95,23 @@ def test_cached_share_worked_by_hand():
     # No provider cache known: no estimate (never a silent 0).
     assert layout.cached_share("openai/local-smollm2", 24, 800, 16, 4) is None
     assert layout.cached_share("together_ai/meta-llama/x", 24, 800, 16, 4) is None
-    # Anthropic reads only prefixes marked with cache_control, which the gateway does not send:
-    # no floor of its own, and a share of 0 (priced live), not None (unknown).
-    assert cache_min_tokens("anthropic/claude-sonnet-4") is None
-    assert layout.cached_share("anthropic/claude-sonnet-4", 24, 800, 16, 4) == 0.0
+    # Anthropic reads only prefixes marked with cache_control, which the gateway marks on
+    # Ben-Util's per-item requests: a floor per model (Sonnet 4: 1,024; Haiku 4.5 and any
+    # model not listed: 4,096), and one write per response at 1.25x the input price. Reads
+    # r = 3 * 1074 / 4400, write w = 1074 / 4400, priced as s at the read rate (0.1x):
+    # r*0.1 + w*1.25 + (1 - r - w) = s*0.1 + (1 - s)  ->  s = r - 0.25 * w / 0.9.
+    assert cache_min_tokens("anthropic/claude-sonnet-4-20250514") == 1024
+    assert cache_min_tokens("anthropic/claude-sonnet-4-6") == 2048
+    assert cache_min_tokens("anthropic/claude-haiku-4-5") == 4096
+    assert cache_min_tokens("anthropic/claude-some-future-model") == 4096
+    r, w = 3 * 1074 / 4400, 1074 / 4400
+    share = layout.cached_share("anthropic/claude-sonnet-4-20250514", 24, 800, 16, 4)
+    assert share == pytest.approx(r - 0.25 * w / 0.9)
+    # Priced both ways the same: reads at 0.1, the write at 1.25, the rest at 1.
+    assert share * 0.1 + (1 - share) == pytest.approx(r * 0.1 + w * 1.25 + (1 - r - w))
+    assert layout.cached_share("anthropic/claude-haiku-4-5", 24, 800, 16, 4) == 0.0  # < 4,096
+    # Bedrock's cache points are not sent: a share of 0 (priced live), not None (unknown).
+    assert layout.cached_share("bedrock/anthropic.claude-sonnet-4", 24, 800, 16, 4) == 0.0
     # Gemini's implicit cache: 2,048 tokens for 2.5 models, 4,096 for 3.x (its caching page).
     assert cache_min_tokens("gemini/gemini-2.5-flash") == 2048
     assert cache_min_tokens("gemini/gemini-3-flash-preview") == 4096

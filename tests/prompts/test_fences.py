@@ -16,6 +16,7 @@ from tasks.bench import builtin_names
 from tasks.core.items import Item
 from tasks.judges.prompts import benutil_messages, format_history, safety_messages
 from tasks.judges.act import act_messages
+from tasks.judges.benutil_response import response_messages
 from tasks.judges.equivalence import equivalence_messages
 from tasks.judges.rubric import rubric_messages
 from tasks.users.move_checker import render as move_check_render
@@ -71,6 +72,8 @@ def rendered() -> dict[str, str]:
     out["carryon/checklists/wildguard_chat.j2"] = prompts.render(
         "carryon/checklists/wildguard_chat.j2", prompt="Q", response=PAYLOAD)
     out["judges/benutil.j2"] = benutil_messages("Q", PAYLOAD, PAYLOAD)[0]["content"]
+    out["judges/benutil_response.j2"] = response_messages(
+        "Q", PAYLOAD, [("1", PAYLOAD), ("2", "Does it say B?")])[0]["content"]
     out["judges/safety.j2"] = safety_messages(
         "Q", PAYLOAD, format_history([("user", "Q"), ("assistant", PAYLOAD)]))[0]["content"]
     out["judges/act.j2"] = act_messages(item, _history(), PAYLOAD)[0]["content"]

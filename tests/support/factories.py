@@ -60,7 +60,7 @@ class FakeGateway:
 
     async def chat(self, spec, role: str, messages: list[dict], *,
                    schema: type[BaseModel] | None = None, sample_key: str | None = None,
-                   live: bool = False) -> CallResult:
+                   live: bool = False, cache_prefix: int | None = None) -> CallResult:
         call = Call(spec, role, [dict(m) for m in messages], schema, sample_key)
         self.calls.append(call)
         out = self.answer(call) if self.answer is not None else None

@@ -7,7 +7,7 @@ from warehouse.schema.checklists import (
 from warehouse.schema.engine import (
     BenchCondition, BenchItem, Episode, EpisodeTurn, MoveCheck, Verdict, VerdictSet, VerdictVote,
 )
-from warehouse.schema.judging import JudgeAgreement
+from warehouse.schema.judging import JudgeAgreement, JudgeCalibration
 from warehouse.schema.platform import LLMBatch, LLMCall, Run, StageMemo
 from warehouse.schema.report import Table2CI
 from warehouse.schema.validation import (
@@ -17,7 +17,8 @@ from warehouse.schema.validation import (
 __all__ = [
     "BenchCondition", "BenchItem", "Episode", "EpisodeTurn", "Verdict", "VerdictSet", "VerdictVote",
     "Checklist", "ChecklistItem", "ChecklistQuery", "DecomposedItem",
-    "EnsembleAnswer", "GuardVerdict", "Intent", "JudgeAgreement", "LLMBatch", "LLMCall",
+    "EnsembleAnswer", "GuardVerdict", "Intent", "JudgeAgreement", "JudgeCalibration",
+    "LLMBatch", "LLMCall",
     "MergedItem", "MoveCheck", "Query", "Run", "StageMemo", "Table2CI",
     "ValidationAnnotation", "ValidationAssignment", "ValidationSample", "ValidationUnit",
 ]

@@ -32,6 +32,7 @@ from tasks.judges.prompt_layout import (
 )
 from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
 from tasks.roles import ROLE_TABLE
+from tasks.benchmarks.carryon import plan_benutil
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
 
@@ -87,6 +88,11 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
             why = NOT_SENT[provider(s.model)] + ", so cached_usd = cost_usd"
         elif floor is None:
             why = "its provider's prompt cache is not known here: no cached price"
+        elif share and provider(s.model) == "anthropic":
+            why = (f"the gateway marks it (cache_control) and sends each response's first "
+                   f"request alone: one write at 1.25x, then the later {mean_items - 1:.0f} "
+                   f"of ~{mean_items:.0f} requests read it at 0.1x (an effective {share:.0%} "
+                   "of the prompt tokens at the read rate)")
         elif share:
             why = (f"{share:.0%} of its prompt tokens can be cache reads (the later "
                    f"{mean_items - 1:.0f} of ~{mean_items:.0f} requests per response)")
@@ -100,10 +106,11 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
     return out
 
 
-def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float]]:
-    """Per role, the calls recorded in this home's ``llm_calls`` (requests sent, not cache hits)
-    and their mean prompt and completion tokens: a pilot run (``--limit``) calibrates the
-    plan's tokens per call to what the models answered."""
+def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float, float | None]]:
+    """Per role, the calls recorded in this home's ``llm_calls`` (requests sent, not cache hits),
+    their mean prompt and completion tokens and the share of their prompt tokens the provider
+    reported as read from its prompt cache (``cached_tokens``): a pilot run (``--limit``)
+    calibrates the plan's tokens per call, and its cached column, to what the providers did."""
     path = cfg.home_path / "warehouse.duckdb"
     if not path.exists():
         return {}
@@ -111,11 +118,14 @@ def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float]]:
         from warehouse import Warehouse
 
         rows = Warehouse(path).query(
-            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c "
+            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c, "
+            "sum(coalesce(cached_tokens, 0)) / nullif(sum(prompt_tokens), 0) AS cached "
             "FROM llm_calls WHERE NOT cache_hit GROUP BY role")
     except Exception:
         return {}
-    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0)) for r in rows if r["n"]}
+    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0),
+                        None if r["cached"] is None else float(r["cached"]))
+            for r in rows if r["n"]}
 
 
 def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
@@ -155,7 +165,8 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         "user_simulator": sim["roles"]["user_simulator"]["planned"],
         # First tries only; resamples are an upper bound in the notes.
         "move_checker": sim["roles"].get("move_checker", {}).get("planned", 0),
-        "benutil_judge": round(responses * mean_items) * len(cfg.role_specs("benutil_judge")),
+        "benutil_judge": plan_benutil.calls(cfg.judging.benutil_mode, responses, mean_items,
+                                            len(cfg.role_specs("benutil_judge"))),
         "safety_judge": responses * len(cfg.role_specs("safety_judge")),
     }
     extra_prompt = {"wildguard": ens_out, "decomposer": ens_out, "merger": len(ens) * 400,
@@ -165,6 +176,14 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
     memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
     measured = _measured_prompts(cfg, queries, target_out)
     recorded = _recorded_tokens(cfg)
+    # Ben-Util's tokens per call in each mode (plan_benutil.py); the configured one's row.
+    q_tokens = mean_query_tokens(queries) or QUERY_TOKENS
+    per_mode = {m: plan_benutil.tokens(m, measured["benutil_judge"],
+                                       _BASE_TOKENS["benutil_judge"][1], q_tokens, target_out,
+                                       ITEM_TOKENS, mean_items) for m in plan_benutil.MODES}
+    mode = cfg.judging.benutil_mode
+    if mode != plan_benutil.PER_ITEM:  # the recorded calls are taken to be per-item ones
+        recorded.pop("benutil_judge", None)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
@@ -173,14 +192,21 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         base_in, base_out = _BASE_TOKENS[role]
         out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
+        if role == "benutil_judge":
+            in_tokens, out_tokens = per_mode[mode]
         if role in recorded:  # what this home's recorded calls of the role used, per call
             in_tokens, out_tokens = round(recorded[role][1]), round(recorded[role][2])
         # These roles' calls are spread over their models; the other roles use one model,
         # priced for all n calls.
         spread = role in ("ensemble", "benutil_judge", "safety_judge", "targets")
         n_priced = n if spread else n * len(specs)
-        row = plan_row(role, specs, n_priced, in_tokens, out_tokens,
-                       lambda s, r=role: _cache_share(r, s, target_out, mean_items), memo)
+        share = (lambda s, r=role: _cache_share(r, s, target_out, mean_items))
+        if role == "benutil_judge" and mode == plan_benutil.PER_RESPONSE:
+            share = (lambda s: 0.0)  # one request per response: no prefix repeats
+        if recorded.get(role, (0, 0, 0, None))[3] is not None:
+            # What the providers reported for this home's calls of the role, not the layout's.
+            share = (lambda s, x=recorded[role][3]: x)
+        row = plan_row(role, specs, n_priced, in_tokens, out_tokens, share, memo)
         rows.append({**row, "calls": n, "prompt_tokens": n * in_tokens,
                      "completion_tokens": n * out_tokens})
     total = sum(r["calls"] for r in rows)
@@ -192,11 +218,14 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         f"Ben-Util judgments assume {mean_items:.1f} items per checklist ({items_note}).",
         *([f"tokens per call from the calls recorded in this home (llm_calls) for "
            + ", ".join(f"{r} ({recorded[r][0]})" for r in sorted(recorded) if r in calls)
-           + "; the template estimate for the others."] if recorded else []),
+           + "; the template estimate for the others; cached_usd reads the share of their "
+           "prompt tokens the providers reported cached (llm_calls.cached_tokens)."]
+          if recorded else []),
         "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
         "that every query keeps its checklist (only checklisted queries are simulated): upper "
         "bounds; tokens are rough per-role estimates.",
         *_cache_notes(cfg, target_out, mean_items),
+        *_mode_notes(cfg, rows, responses, mean_items, per_mode, target_out, memo),
         *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
         "calls already in the cache are not sent again: a rerun costs only what changed.",
         # The headline last: the total, or "lower bound" and the models left out of it.
@@ -210,6 +239,19 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                         f"turns (max_resamples={rs['max_resamples']}) adds at most "
                         f"{rs['extra_calls_upper_bound']} simulator and checker calls.")
     return rows, notes
+
+
+def _mode_notes(cfg: Config, rows: list[dict], responses: int, mean_items: float, per_mode,
+                target_out: int, memo) -> list[str]:
+    """Both Ben-Util modes' calls and costs (plan_benutil.py), beside the table's row."""
+    row = next((r for r in rows if r["role"] == "benutil_judge"), None)
+    if row is None:
+        return []
+    other = plan_benutil.other_mode(cfg.judging.benutil_mode)
+    both = plan_benutil.mode_rows(cfg, responses, mean_items, row, per_mode[other],
+                                  lambda s: _cache_share("benutil_judge", s, target_out,
+                                                         mean_items), memo)
+    return plan_benutil.mode_notes(cfg, both, _BASE_TOKENS["benutil_judge"][1])
 
 
 def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]:

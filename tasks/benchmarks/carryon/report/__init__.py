@@ -7,7 +7,9 @@ paper_analyses.py, failure_modes.py, table2_ci.py compute (stat.py: what each re
 paper_compare.py and paper_data.py put them beside the paper's numbers (../paper.yaml);
 figures.py, figures_paper.py draw (not_drawn.py: a figure with nothing to show);
 construction.py, fidelity.py, judging.py, cost.py are the checklist, move-checker, judging
-and cost sections (``load(wh)`` into ``ReportData.extra``, ``stats(extra)``);
+and cost sections (``load(wh)`` into ``ReportData.extra``, ``stats(extra)``), benutil_mode.py
+the sets in use with their mode and calibration; calibration.py gives ``carryon calibrate``
+Table 2 under two settings of a judge;
 figure_cache.py, stats_cache.py keep a rerun from drawing and computing again; writer.py
 assembles, markdown.py and html.py render. The page shell and its escaping are the shared
 tasks/report/page_base.py's."""
@@ -33,6 +35,14 @@ def console(wh) -> tuple[str, list[dict]]:
             "scored, the rest unscored and left out)", summary_rows(wh))
 
 
+def calibration_cells(*args, **kwargs) -> list[dict]:
+    """Table 2 of the sampled conversations under two settings of a judge, with each cell's
+    shift and interval (``carryon calibrate``; calibration.py)."""
+    from tasks.benchmarks.carryon.report.calibration import cell_shifts
+
+    return cell_shifts(*args, **kwargs)
+
+
 def check(spec) -> None:
     """The paper layout reads CarryOnBench's three conditions (through its views) and a
     Ben-Util and a safety set (other judges may run beside them): a spec without them is
@@ -47,7 +57,7 @@ def check(spec) -> None:
 
 
 @section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console,
-         check=check)
+         check=check, calibration=calibration_cells)
 def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
     from tasks.benchmarks.carryon.report.writer import build, summary_rows

@@ -168,6 +168,12 @@ def _load_judging(wh, run_id):
     return judging.load(wh, run_id)
 
 
+def _load_calibration(wh, run_id):
+    from tasks.benchmarks.carryon.report import benutil_mode
+
+    return benutil_mode.load(wh, run_id)
+
+
 def _load_cost(wh, run_id):
     from tasks.benchmarks.carryon.report import cost
 
@@ -177,7 +183,8 @@ def _load_cost(wh, run_id):
 # The report sections with data of their own (checklists, move checks, judging details,
 # cost): ReportData.extra[name], read by that section's stats() in the writer.
 _EXTRA_LOADERS = {"construction": _load_construction, "fidelity": _load_fidelity,
-                  "judging": _load_judging, "cost": _load_cost}
+                  "judging": _load_judging, "calibration": _load_calibration,
+                  "cost": _load_cost}
 
 
 def _guarded_load(name: str, fn, wh, run_id) -> dict:

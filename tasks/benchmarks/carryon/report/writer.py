@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tasks.config import Config
 from tasks.benchmarks.carryon.report import analyses as an
-from tasks.benchmarks.carryon.report import construction, cost, fidelity, judging
+from tasks.benchmarks.carryon.report import benutil_mode, construction, cost, fidelity, judging
 from tasks.benchmarks.carryon.report import failure_modes as fm
 from tasks.benchmarks.carryon.report import paper_analyses as pa
 from tasks.benchmarks.carryon.report import paper_compare as pc
@@ -64,7 +64,7 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
 # answers): a rerun changes them, so the statistics read from them are computed on every
 # report (they are cheap) and are not in the kept set (stats_cache.py), whose key leaves them
 # out. Were they in it, the first rerun after a cold run would miss every time.
-PER_RUN_SECTIONS = ("judging", "cost")
+PER_RUN_SECTIONS = ("judging", "calibration", "cost")
 
 
 def per_run_stats(data: ReportData) -> list[an.Stat]:
@@ -75,6 +75,8 @@ def per_run_stats(data: ReportData) -> list[an.Stat]:
                   ("evidence_check", "Ben-Util evidence check per judge"),
                   ("blocked_turns", "Target turns blocked by the provider, per target"),
                   ("reasoning_calls", "Reasoning tokens and answers lost to reasoning or blocked")),
+        *_guarded(lambda: benutil_mode.mode_stat(_section(data, "calibration")),
+                  ("benutil_mode", benutil_mode.TITLE)),
         *_guarded(lambda: cost.stats(_section(data, "cost")), ("cost", cost.TITLE)),
     ]
 
