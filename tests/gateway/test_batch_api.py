@@ -90,7 +90,7 @@ def test_killed_after_submit_resumes_polling_and_never_resubmits(llm_server, hom
 
     async def submit_then_die():
         task = asyncio.create_task(BatchClient(g1, wh).run(calls))
-        while not wh.query("SELECT 1 FROM llm_batches"):
+        while not wh.query("SELECT 1 FROM llm_batches WHERE status <> 'submitting'"):
             await asyncio.sleep(0.01)
         task.cancel()  # the process is killed while it polls
         with pytest.raises(asyncio.CancelledError):
