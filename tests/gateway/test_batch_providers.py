@@ -14,29 +14,10 @@ import pytest
 
 from tasks.gateway.batch import BatchClient
 from tasks.gateway.batch_wire import WIRES, Limits, batch_route
-from tests.support.batch import ROLE, Verdict, calls_for, gateway, home, run_batch, run_live  # noqa: F401
-from tests.support.factories import model_spec
-
-# (model, api_base attribute of the server, route counted per create, per poll)
-PROVIDERS = {
-    "openai": ("openai/test-judge", "api_base", "POST /v1/batches", "GET /v1/batches"),
-    "anthropic": ("anthropic/claude-sonnet-4-20250514", "anthropic_base",
-                  "POST /v1/messages/batches", "GET /v1/messages/batches"),
-    "gemini": ("gemini/gemini-2.5-flash", "gemini_base", "POST /v1beta/batchGenerateContent",
-               "GET /v1beta/batches"),
-}
-
-
-def spec_for(server, provider, **over):
-    model, base, _, _ = PROVIDERS[provider]
-    fields = dict(name="j", model=model, api_base=getattr(server, base), max_concurrency=8,
-                  max_retries=1, where="models.benutil_judge", batch=True, batch_size=10,
-                  batch_poll_s=0.02)
-    return model_spec(**{**fields, **over})
-
-
-def creates(server, provider) -> int:
-    return server.counts[PROVIDERS[provider][2]]
+from tests.support.batch import (  # noqa: F401  (home: a fixture)
+    PROVIDERS, ROLE, Verdict, calls_for, creates, gateway, home, run_batch, run_live,
+)
+from tests.support.batch import provider_spec as spec_for
 
 
 # OpenAI's wire is also covered by tests/gateway/test_batch_api.py (same answers, faults): here it runs
