@@ -471,7 +471,8 @@ class BatchClient:
         try:
             done, ours = await self._consume(row, spec, st)
         except Exception as e:  # noqa: BLE001 - results unreadable
-            n = st.errors[bid] = st.errors.get(bid, 0) + 1
+            # Counted apart from the polls (each of which succeeds and clears theirs).
+            n = st.errors[f"read {bid}"] = st.errors.get(f"read {bid}", 0) + 1
             if not permanent(e) and n <= spec.max_retries:
                 log.warning("batch %s: results not read (%s: %s); reading again", bid,
                             type(e).__name__, str(e)[:200])

@@ -193,6 +193,22 @@ def test_lost_results_send_the_lines_live_and_keep_the_batch(llm_server, home, p
     gw.close()
 
 
+@every
+@pytest.mark.parametrize("errors, live", [(1, 0), (99, 4)])
+def test_results_that_fail_to_download_are_read_again_then_sent_live(llm_server, home, provider,
+                                                                     errors, live):
+    # A transient error reading an ended batch's results: read again (each poll succeeds in
+    # between, which must not reset the count); past max_retries=1 its lines go live.
+    tmp, wh = home
+    llm_server.batch_faults.results_errors = errors
+    llm_server.batch_faults.as_file = provider == "gemini"
+    gw = gateway(tmp)
+    got = run_batch(gw, wh, calls_for(spec_for(llm_server, provider)))
+    assert all(r.ok for r in got) and llm_server.counts[ROLE] == live
+    assert wh.query("SELECT consumed FROM llm_batches") == [{"consumed": not live}]
+    gw.close()
+
+
 def test_gemini_results_from_a_responses_file(llm_server, home):
     tmp, wh = home
     llm_server.batch_faults.as_file = True

@@ -65,6 +65,8 @@ class BatchFaults:
     poll_not_found: int = 0
     # Output and error files cannot be downloaded (HTTP 404): results are lost.
     lose_results: bool = False
+    # The next this-many results downloads (any batch) answer a transient HTTP 500.
+    results_errors: int = 0
     # Result lines come back in reverse order of the request lines.
     shuffle: bool = False
     # Gemini only: results in a responses file instead of inline in the operation.
@@ -230,6 +232,8 @@ class BatchAPI:
         fid = request.match_info["fid"]
         f = self.files.get(fid)
         if f is not None and f["purpose"] == "batch_output":
+            if take(self.server.batch_faults, "results_errors"):
+                return _error(500, "injected 500", "server_error")
             if f.get("faults") and f["faults"].lose_results:
                 f = None
             elif f.get("faults") and f["faults"].redirect and request.host.startswith("127.0.0.1"):

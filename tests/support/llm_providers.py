@@ -442,6 +442,8 @@ class ProviderAPIs:
         b = self.batches.get(bid)
         if b is None or b["results"] is None or b["faults"].lose_results:
             return anthropic_error(404, "not_found_error", "no results")
+        if take(self.server.batch_faults, "results_errors"):
+            return anthropic_error(500, "api_error", "injected: results unavailable")
         if b["faults"].redirect and request.host.startswith("127.0.0.1"):
             redirect_to(request, f"/_redirected/anthropic/{bid}")
         return self._anthropic_jsonl(b)
@@ -566,6 +568,8 @@ class ProviderAPIs:
         fid = "files/" + name
         if fid not in self.files:
             return gemini_error(404, "NOT_FOUND", "no such file")
+        if take(self.server.batch_faults, "results_errors"):
+            return gemini_error(500, "INTERNAL", "injected: download failed")
         b = self.batches.get(name.removesuffix("-out"))
         if b is not None and b["faults"].redirect and request.host.startswith("127.0.0.1"):
             redirect_to(request, f"/_redirected/gemini/{name}")
