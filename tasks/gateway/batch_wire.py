@@ -174,6 +174,16 @@ def _key(spec: ModelSpec, default_env: str) -> str | None:
     return api_key_for(spec) or os.environ.get(default_env)
 
 
+# Requests that carry a batch's lines or its results take longer than a chat call: the
+# entry's timeout_s plus a second per MB sent (``_http``), and at least ten minutes for a
+# download.
+DOWNLOAD_TIMEOUT_S = 600.0
+
+
+def _download_timeout(spec: ModelSpec) -> float:
+    return max(spec.timeout_s, DOWNLOAD_TIMEOUT_S)
+
+
 class BatchHTTPError(Exception):
     """A batch API request the provider answered with an error status (the text has no key)."""
 
@@ -196,21 +206,24 @@ _KEY_HEADERS = ("x-api-key", "x-goog-api-key", "authorization", "api-key")
 
 async def _http(method: str, url: str, headers: dict, timeout: float, body=None,
                 params: dict | None = None) -> bytes:
-    """One request; redirects followed as both official SDKs do (httpx ``follow_redirects``),
-    the key headers dropped when a redirect leaves the origin (a signed download URL needs
-    none, and the key must not reach another host)."""
+    """One request (``body`` sent as JSON, its timeout a second longer per MB); redirects
+    followed as both official SDKs do (httpx ``follow_redirects``), the key headers dropped
+    when a redirect leaves the origin (a signed download URL needs none, and the key must not
+    reach another host)."""
     import httpx
 
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
+    headers = {**headers, **({"content-type": "application/json"} if data is not None else {})}
+    async with httpx.AsyncClient(timeout=timeout + len(data or b"") / 2**20) as client:
         for _ in range(6):
-            resp = await client.request(method, url, headers=headers, json=body, params=params)
+            resp = await client.request(method, url, headers=headers, content=data, params=params)
             if resp.status_code not in (301, 302, 303, 307, 308) or "location" not in resp.headers:
                 break
             nxt = str(resp.url.join(resp.headers["location"]))
             if urlsplit(nxt)[:2] != urlsplit(str(resp.url))[:2]:
                 headers = {k: v for k, v in headers.items() if k.lower() not in _KEY_HEADERS}
             if resp.status_code == 303 or (resp.status_code in (301, 302) and method == "POST"):
-                method, body = "GET", None
+                method, data = "GET", None
             url, params = nxt, None
     if resp.status_code >= 400:
         raise BatchHTTPError(resp.status_code, f"HTTP {resp.status_code} from {method} "
@@ -353,7 +366,8 @@ class OpenAIWire(_Wire):
         litellm, creds = _litellm(), self._creds(spec)
         data = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines).encode()
         f = await litellm.acreate_file(file=("carryon-batch.jsonl", data, "application/jsonl"),
-                                       purpose="batch", **creds)
+                                       purpose="batch", **{**creds, "timeout": spec.timeout_s
+                                                           + len(data) / 2**20})
         try:
             b = await litellm.acreate_batch(
                 completion_window="24h", endpoint=self.url, input_file_id=f.id,
@@ -398,7 +412,8 @@ class OpenAIWire(_Wire):
     async def _read(self, spec: ModelSpec, file_id: str | None) -> list[dict]:
         if not file_id:
             return []
-        content = await _litellm().afile_content(file_id=file_id, **self._creds(spec))
+        content = await _litellm().afile_content(file_id=file_id, **{
+            **self._creds(spec), "timeout": _download_timeout(spec)})
         return [json.loads(x) for x in content.content.decode().splitlines() if x.strip()]
 
     async def results(self, spec: ModelSpec, row: dict, request) -> list[tuple]:
@@ -494,7 +509,7 @@ class AnthropicWire(_ProviderAdapter):
     async def results(self, spec: ModelSpec, row: dict, request) -> list[tuple]:
         if not row["output_file_id"]:
             return []
-        raw = await _http("GET", row["output_file_id"], self._headers(spec), spec.timeout_s)
+        raw = await _http("GET", row["output_file_id"], self._headers(spec), _download_timeout(spec))
         out = []
         for text in raw.decode().splitlines():
             if not text.strip():
@@ -561,7 +576,8 @@ class GeminiWire(_ProviderAdapter):
                           "inputConfig": {"requests": {"requests": lines}}}}
         try:
             raw = await _http("POST", f"{self._root(spec)}/models/{_bare(spec.model)}"
-                                      ":batchGenerateContent", self._headers(spec), spec.timeout_s, body)
+                                      ":batchGenerateContent", self._headers(spec),
+                              spec.timeout_s, body)
         except BatchHTTPError as e:
             # 429 RESOURCE_EXHAUSTED: enqueued tokens or batches over the limit; 4xx: refused.
             if e.status == 429 or permanent(e):
@@ -594,9 +610,9 @@ class GeminiWire(_ProviderAdapter):
         state = str((op.get("metadata") or {}).get("state") or "UNSPECIFIED")
         return _GEMINI_STATES.get(state.rsplit("_", 1)[-1], "in_progress")
 
-    async def _get(self, spec: ModelSpec, batch_id: str) -> dict:
+    async def _get(self, spec: ModelSpec, batch_id: str, timeout: float | None = None) -> dict:
         return json.loads(await _http("GET", f"{self._root(spec)}/batches/{batch_id}",
-                                      self._headers(spec), spec.timeout_s))
+                                      self._headers(spec), timeout or spec.timeout_s))
 
     async def poll(self, spec: ModelSpec, row: dict) -> dict:
         op = await self._get(spec, row["batch_id"])
@@ -612,11 +628,12 @@ class GeminiWire(_ProviderAdapter):
         if row["output_file_id"]:  # a responses file: JSONL of {key, response | error}
             root, version = self._root(spec).rsplit("/", 1)
             raw = await _http("GET", f"{root}/download/{version}/{row['output_file_id']}"
-                                     ":download?alt=media", self._headers(spec), spec.timeout_s)
+                                     ":download?alt=media", self._headers(spec),
+                              _download_timeout(spec))
             items = [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
             items = [{**x, "metadata": {"key": x.get("key")}} for x in items]
         else:
-            op = await self._get(spec, row["batch_id"])
+            op = await self._get(spec, row["batch_id"], _download_timeout(spec))  # inline: up to 20 MB
             inlined = (op.get("response") or {}).get("inlinedResponses") or {}
             items = inlined.get("inlinedResponses", []) if isinstance(inlined, dict) else inlined
         out = []
