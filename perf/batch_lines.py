@@ -83,7 +83,9 @@ def main() -> None:
 
         def raw(i, s=s):
             kwargs, msgs = request_kwargs(s, "benutil_judge", messages(i), Verdict, "sk-perf")
-            return_raw_request(CallTypes.completion, {**kwargs, "messages": msgs})
+            kwargs.pop("api_key")  # return_raw_request passes its own
+            got = return_raw_request(CallTypes.completion, {**kwargs, "messages": msgs})
+            assert got.get("raw_request_body"), got.get("error")
 
         a = cpu_ms(capture, args.lines)
         b = cpu_ms(raw, max(20, args.lines // 5))
