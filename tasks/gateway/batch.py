@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from tasks.gateway.answers import judge
-from tasks.gateway.batch_wire import CreateRefused, Request, batch_route, permanent, wire_for
+from tasks.gateway.batch_wire import Request, batch_route, permanent, refusal, wire_for
 from tasks.gateway.keys import normalise_api_base
 from tasks.gateway.prices import billed
 from tasks.gateway.result import CallResult
@@ -314,10 +314,11 @@ class BatchClient:
         try:
             b = await wire_for(spec.model).submit(spec, role, [line for _, line in chunk.lines],
                                                   headers=chunk.headers, tag=chunk.tag)
-        except CreateRefused as e:
-            self._forget(intent)
-            return ("queued" if e.queue else "refused"), e
-        except Exception as e:  # noqa: BLE001 - a timeout, a dropped connection, a 5xx
+        except Exception as e:  # noqa: BLE001 - the provider's refusal, or no answer at all
+            refused = refusal(e)
+            if refused is not None:  # nothing was submitted
+                self._forget(intent)
+                return ("queued" if refused == "queue" else "refused"), e
             log.warning("%s (%s): batch create got no answer (%s: %s); looking for batch %s "
                         "before submitting again", spec.where, spec.model, type(e).__name__,
                         str(e)[:200], chunk.tag)

@@ -192,15 +192,6 @@ class BatchHTTPError(Exception):
         self.status = status
 
 
-class CreateRefused(Exception):
-    """A create the provider answered with a refusal: nothing was submitted. ``queue``: refused
-    for a queue or enqueued-token limit (wait and submit again), else for good (live)."""
-
-    def __init__(self, text: str, queue: bool):
-        super().__init__(text)
-        self.queue = queue
-
-
 _KEY_HEADERS = ("x-api-key", "x-goog-api-key", "authorization", "api-key")
 
 
@@ -231,15 +222,28 @@ async def _http(method: str, url: str, headers: dict, timeout: float, body=None,
     return resp.content
 
 
+def refusal(e: Exception) -> str | None:
+    """A create's error read as the provider's refusal, nothing submitted: ``"queue"`` (429: a
+    queue or enqueued-token limit; submit again later) or ``"refused"`` (another 4xx: for
+    good). None: no answer, or a 5xx; the provider may have accepted it."""
+    if _status(e) == 429:
+        return "queue"
+    return "refused" if permanent(e) else None
+
+
+def _status(e: Exception) -> int | None:
+    status = getattr(e, "status", None) or getattr(e, "status_code", None)
+    try:
+        return int(status)
+    except (TypeError, ValueError):
+        return None
+
+
 def permanent(e: Exception) -> bool:
     """An error that asking again will not mend: a 4xx other than timeout and rate limit (a
     lost batch, a revoked key). Timeouts, connection errors and 5xx are transient."""
-    status = getattr(e, "status", None) or getattr(e, "status_code", None)
-    try:
-        status = int(status)
-    except (TypeError, ValueError):
-        return False
-    return 400 <= status < 500 and status not in (408, 409, 425, 429)
+    status = _status(e)
+    return status is not None and 400 <= status < 500 and status not in (408, 409, 425, 429)
 
 
 def _logging(model: str):
@@ -368,17 +372,9 @@ class OpenAIWire(_Wire):
         f = await litellm.acreate_file(file=("carryon-batch.jsonl", data, "application/jsonl"),
                                        purpose="batch", **{**creds, "timeout": spec.timeout_s
                                                            + len(data) / 2**20})
-        try:
-            b = await litellm.acreate_batch(
-                completion_window="24h", endpoint=self.url, input_file_id=f.id,
-                metadata={"carryon_role": role, "carryon_client_id": tag}, **creds)
-        except Exception as e:
-            status = getattr(e, "status_code", None)
-            if status == 429:
-                raise CreateRefused(str(e)[:200], queue=True) from e
-            if permanent(e):
-                raise CreateRefused(str(e)[:200], queue=False) from e
-            raise
+        b = await litellm.acreate_batch(
+            completion_window="24h", endpoint=self.url, input_file_id=f.id,
+            metadata={"carryon_role": role, "carryon_client_id": tag}, **creds)
         return {"batch_id": b.id, "input_file_id": f.id, "status": b.status}
 
     async def find(self, spec: ModelSpec, row: dict) -> list[dict]:
@@ -458,15 +454,8 @@ class AnthropicWire(_ProviderAdapter):
 
     async def submit(self, spec: ModelSpec, role: str, lines: list[dict], headers: tuple = (),
                      tag: str = "") -> dict:
-        try:
-            raw = await _http("POST", f"{self._base(spec)}/v1/messages/batches",
-                              self._headers(spec, role, headers), spec.timeout_s,
-                              {"requests": lines})
-        except BatchHTTPError as e:
-            # 429: the processing queue is full (or the request rate); other 4xx: refused.
-            if e.status == 429 or permanent(e):
-                raise CreateRefused(str(e), queue=e.status == 429) from e
-            raise
+        raw = await _http("POST", f"{self._base(spec)}/v1/messages/batches",
+                          self._headers(spec, role, headers), spec.timeout_s, {"requests": lines})
         b = json.loads(raw)
         return {"batch_id": b["id"], "input_file_id": "", "status": self._status(b)}
 
@@ -574,15 +563,8 @@ class GeminiWire(_ProviderAdapter):
                      tag: str = "") -> dict:
         body = {"batch": {"displayName": self.display_name(role, tag),
                           "inputConfig": {"requests": {"requests": lines}}}}
-        try:
-            raw = await _http("POST", f"{self._root(spec)}/models/{_bare(spec.model)}"
-                                      ":batchGenerateContent", self._headers(spec),
-                              spec.timeout_s, body)
-        except BatchHTTPError as e:
-            # 429 RESOURCE_EXHAUSTED: enqueued tokens or batches over the limit; 4xx: refused.
-            if e.status == 429 or permanent(e):
-                raise CreateRefused(str(e), queue=e.status == 429) from e
-            raise
+        raw = await _http("POST", f"{self._root(spec)}/models/{_bare(spec.model)}"
+                                  ":batchGenerateContent", self._headers(spec), spec.timeout_s, body)
         op = json.loads(raw)
         return {"batch_id": op["name"].removeprefix("batches/"), "input_file_id": "",
                 "status": self._status(op)}

@@ -21,7 +21,7 @@ import pytest
 from tasks.config import PriceEntry
 from tasks.gateway.batch import BatchCall, BatchClient
 from tests.support.batch import (  # noqa: F401  (home: a fixture)
-    PROVIDERS, ROLE, Verdict, calls_for, creates, gateway, home, provider_spec, run_batch,
+    PROVIDERS, ROLE, Verdict, calls_for, creates, die_when, gateway, home, provider_spec, run_batch,
 )
 
 RATES = {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cached_input_per_mtok": 0.3,
@@ -64,15 +64,27 @@ def assert_paid_once(server, gw, clean: Counter, exclude=()):
     assert bill > 0 and recorded_cost(gw) == pytest.approx(bill, rel=1e-9)
 
 
+def faulty_run(server, home, provider, faults: dict, **over):
+    """A clean run's ledger, then the same calls (its own cache) with ``faults`` set on the
+    server's batch faults and ``over`` on the entry: ``(gateway, results, clean ledger)``."""
+    tmp, wh = home
+    clean = clean_run(server, tmp, provider)
+    for name, value in faults.items():
+        setattr(server.batch_faults, name, value)
+    gw = gateway(tmp)
+    return gw, run_batch(gw, wh, calls_for(priced(server, provider, **over))), clean
+
+
+def answered_in_batches(server, got) -> bool:
+    return all(r.ok and r.batch_id for r in got) and server.counts[ROLE] == 0
+
+
 @every
 def test_a_batch_reported_ended_before_its_results_are_attached_is_polled_until_they_are(
         llm_server, home, provider):
-    tmp, wh = home
-    clean = clean_run(llm_server, tmp, provider)
-    llm_server.batch_faults.results_late = 3  # three polls: ended, nothing to read yet
-    gw = gateway(tmp)
-    got = run_batch(gw, wh, calls_for(priced(llm_server, provider)))
-    assert all(r.ok and r.batch_id for r in got) and llm_server.counts[ROLE] == 0
+    # Three polls say it ended with nothing to read yet.
+    gw, got, clean = faulty_run(llm_server, home, provider, {"results_late": 3})
+    assert answered_in_batches(llm_server, got)
     assert llm_server.counts[PROVIDERS[provider][3]] >= 5  # 1 running + ended + 3 late
     assert_paid_once(llm_server, gw, clean)
     gw.close()
@@ -81,14 +93,11 @@ def test_a_batch_reported_ended_before_its_results_are_attached_is_polled_until_
 @every
 def test_a_results_download_that_redirects_is_followed_without_the_key(llm_server, home,
                                                                        provider, monkeypatch):
-    tmp, wh = home
-    clean = clean_run(llm_server, tmp, provider)
     monkeypatch.setenv("CARRYON_TEST_KEY", "sk-test-REDIRECT-99")
-    llm_server.batch_faults.redirect = True
-    llm_server.batch_faults.as_file = provider == "gemini"  # Gemini downloads a responses file
-    gw = gateway(tmp)
-    got = run_batch(gw, wh, calls_for(priced(llm_server, provider, api_key_env="CARRYON_TEST_KEY")))
-    assert all(r.ok and r.batch_id for r in got) and llm_server.counts[ROLE] == 0
+    gw, got, clean = faulty_run(llm_server, home, provider,
+                                {"redirect": True, "as_file": provider == "gemini"},
+                                api_key_env="CARRYON_TEST_KEY")  # Gemini: a responses file
+    assert answered_in_batches(llm_server, got)
     assert llm_server.counts["GET /_redirected"] >= 1
     assert llm_server.redirect_keys == set()  # the key stayed with its origin
     assert_paid_once(llm_server, gw, clean)
@@ -98,15 +107,11 @@ def test_a_results_download_that_redirects_is_followed_without_the_key(llm_serve
 @every
 def test_a_create_that_times_out_after_it_was_accepted_is_found_not_paid_again(
         llm_server, home, provider):
-    tmp, wh = home
-    clean = clean_run(llm_server, tmp, provider)
-    f = llm_server.batch_faults
-    f.create_timeouts, f.create_delay_s = 1, 2.0
-    gw = gateway(tmp)
-    got = run_batch(gw, wh, calls_for(priced(llm_server, provider, timeout_s=0.5)))
-    assert all(r.ok and r.batch_id for r in got) and llm_server.counts[ROLE] == 0
+    gw, got, clean = faulty_run(llm_server, home, provider,
+                                {"create_timeouts": 1, "create_delay_s": 2.0}, timeout_s=0.5)
+    assert answered_in_batches(llm_server, got)
     assert creates(llm_server, provider) == 1  # found by its tag, never submitted again
-    (row,) = wh.query("SELECT status, consumed, client_id FROM llm_batches")
+    (row,) = home[1].query("SELECT status, consumed, client_id FROM llm_batches")
     assert row["consumed"] and row["client_id"].startswith("cob")
     assert_paid_once(llm_server, gw, clean)
     gw.close()
@@ -122,23 +127,13 @@ def test_a_process_killed_with_its_create_out_looks_the_batch_up_on_the_rerun(ll
     calls = calls_for(priced(llm_server, provider))
     batches = llm_server.batch.batches if provider == "openai" else llm_server.providers.batches
     before = len(batches)  # the clean run's
-
-    async def die_with_the_create_out(g):
-        task = asyncio.create_task(BatchClient(g, wh).run(calls))
-        while len(batches) == before:  # the provider has accepted it; its answer is not back
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    g1 = gateway(tmp)
-    asyncio.run(die_with_the_create_out(g1))
+    g1 = gateway(tmp)  # killed once the provider has accepted it, its answer not back
+    asyncio.run(die_when(g1, wh, calls, lambda: len(batches) > before))
     g1.close()
     assert wh.query("SELECT status FROM llm_batches") == [{"status": "submitting"}]  # the intent
     g2 = gateway(tmp, run_id="run-2")
     got = run_batch(g2, wh, calls)
-    assert all(r.ok and r.batch_id for r in got) and llm_server.counts[ROLE] == 0
-    assert creates(llm_server, provider) == 1
+    assert answered_in_batches(llm_server, got) and creates(llm_server, provider) == 1
     assert wh.query("SELECT status, consumed FROM llm_batches") == [{"status": "completed",
                                                                      "consumed": True}]
     assert_paid_once(llm_server, g2, clean)
@@ -148,16 +143,11 @@ def test_a_process_killed_with_its_create_out_looks_the_batch_up_on_the_rerun(ll
 @every
 def test_a_create_refused_for_a_queue_limit_waits_and_is_submitted_again(llm_server, home,
                                                                         provider):
-    tmp, wh = home
-    clean = clean_run(llm_server, tmp, provider)
-    llm_server.batch_faults.queue_full = 2
-    gw = gateway(tmp)
-    got = run_batch(gw, wh, calls_for(priced(llm_server, provider)))
-    assert all(r.ok and r.batch_id for r in got) and llm_server.counts[ROLE] == 0
-    assert creates(llm_server, provider) == 3
+    gw, got, clean = faulty_run(llm_server, home, provider, {"queue_full": 2})
+    assert answered_in_batches(llm_server, got) and creates(llm_server, provider) == 3
     # OpenAI accepts the create and fails the batch at validation (token_limit_exceeded):
     # those rows stay, consumed, with nothing billed; the others refuse the create itself.
-    rows = wh.query("SELECT status FROM llm_batches ORDER BY submitted")
+    rows = home[1].query("SELECT status FROM llm_batches ORDER BY submitted")
     assert [r["status"] for r in rows] == (["failed", "failed", "completed"]
                                            if provider == "openai" else ["completed"])
     assert_paid_once(llm_server, gw, clean)
@@ -167,12 +157,7 @@ def test_a_create_refused_for_a_queue_limit_waits_and_is_submitted_again(llm_ser
 @every
 def test_a_cancelled_batch_with_partial_results_sends_only_the_rest_live(llm_server, home,
                                                                         provider):
-    tmp, wh = home
-    clean = clean_run(llm_server, tmp, provider)
-    f = llm_server.batch_faults
-    f.outcome, f.answered = "cancelled", 2
-    gw = gateway(tmp)
-    got = run_batch(gw, wh, calls_for(priced(llm_server, provider)))
+    gw, got, clean = faulty_run(llm_server, home, provider, {"outcome": "cancelled", "answered": 2})
     assert all(r.ok for r in got)
     in_batch = sum(e["mode"] == "batch" for e in llm_server.ledger)
     assert in_batch == 2 and llm_server.counts[ROLE] == 2  # the two unanswered, once each, live

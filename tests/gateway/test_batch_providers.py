@@ -15,7 +15,7 @@ import pytest
 from tasks.gateway.batch import BatchClient
 from tasks.gateway.batch_wire import WIRES, Limits, batch_route
 from tests.support.batch import (  # noqa: F401  (home: a fixture)
-    PROVIDERS, ROLE, Verdict, calls_for, creates, gateway, home, run_batch, run_live,
+    PROVIDERS, ROLE, Verdict, calls_for, creates, die_when, gateway, home, run_batch, run_live,
 )
 from tests.support.batch import provider_spec as spec_for
 
@@ -61,16 +61,9 @@ def test_rerun_sends_nothing_and_a_kill_resumes_without_resubmitting(llm_server,
     calls = calls_for(spec_for(llm_server, provider))
     llm_server.batch_faults.delay_polls = 10_000  # the first process never sees it end
 
-    async def submit_then_die(g):
-        task = asyncio.create_task(BatchClient(g, wh).run(calls))
-        while not wh.query("SELECT 1 FROM llm_batches WHERE status <> 'submitting'"):
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
     g1 = gateway(tmp)
-    asyncio.run(submit_then_die(g1))
+    asyncio.run(die_when(g1, wh, calls, lambda: wh.query(
+        "SELECT 1 FROM llm_batches WHERE status <> 'submitting'")))
     g1.close()
     (row,) = wh.query("SELECT batch_id, consumed FROM llm_batches")
     llm_server.providers.batches[row["batch_id"]]["faults"].delay_polls = 1

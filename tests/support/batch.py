@@ -53,6 +53,17 @@ def run_batch(gw, wh, calls):
     return asyncio.run(BatchClient(gw, wh).run(calls))
 
 
+async def die_when(gw, wh, calls, ready) -> None:
+    """Run a batch client over ``calls`` until ``ready()``, then cancel it, as a process killed
+    at that moment stops (nothing after the cancellation point runs)."""
+    task = asyncio.create_task(BatchClient(gw, wh).run(calls))
+    while not ready():
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def run_live(gw, calls):
     async def go():
         return await asyncio.gather(*(gw.chat(c.spec, c.role, c.messages, schema=c.schema)

@@ -298,6 +298,14 @@ class ProviderAPIs:
         return [b for _, b in sorted(((b["id"], b) for b in self.batches.values()
                                       if b["kind"] == kind), key=lambda x: x[0], reverse=True)]
 
+    def _refused(self, raw: bytes, cap: int, error, answers: dict) -> web.Response | None:
+        """A create refused before it is read: for good (the ``reject`` fault), for a full
+        queue (``queue_full``) or for its size; ``answers``: each one's (status, kind, text)."""
+        f = self.server.batch_faults
+        why = ("reject" if f.reject else "queue" if take(f, "queue_full")
+               else "size" if len(raw) > cap else None)
+        return error(*answers[why]) if why else None
+
     async def _accepted(self) -> None:
         """A create that times out after it was accepted: answered too late to be read."""
         f = self.server.batch_faults
@@ -380,14 +388,13 @@ class ProviderAPIs:
     async def anthropic_create(self, request: web.Request) -> web.Response:
         self._count("POST /v1/messages/batches", request)
         raw = await request.read()
-        f = self.server.batch_faults
-        if f.reject:
-            return anthropic_error(400, "invalid_request_error", "injected: batch refused")
-        if take(f, "queue_full"):
-            return anthropic_error(429, "rate_limit_error", "Number of batch requests in the "
-                                   "processing queue exceeds your organization's limit.")
-        if len(raw) > 256 * 2**20:
-            return anthropic_error(413, "request_too_large", "batch over 256 MB")
+        refused = self._refused(raw, 256 * 2**20, anthropic_error, {
+            "reject": (400, "invalid_request_error", "injected: batch refused"),
+            "queue": (429, "rate_limit_error", "Number of batch requests in the processing "
+                                               "queue exceeds your organization's limit."),
+            "size": (413, "request_too_large", "batch over 256 MB")})
+        if refused is not None:
+            return refused
         reqs = json.loads(raw).get("requests") or []
         ids = [r.get("custom_id", "") for r in reqs]
         if not reqs or len(reqs) > 100_000 or len(set(ids)) != len(ids) \
@@ -507,14 +514,13 @@ class ProviderAPIs:
     async def gemini_create(self, request: web.Request, model: str) -> web.Response:
         self._count("POST /v1beta/batchGenerateContent", request)
         raw = await request.read()
-        f = self.server.batch_faults
-        if f.reject:
-            return gemini_error(400, "INVALID_ARGUMENT", "injected: batch refused")
-        if take(f, "queue_full"):
-            return gemini_error(429, "RESOURCE_EXHAUSTED", "Enqueued tokens exceed the batch "
-                                "limit for this model; try again once running batches finish.")
-        if len(raw) > 20 * 2**20:
-            return gemini_error(400, "INVALID_ARGUMENT", "inline requests over 20 MB")
+        refused = self._refused(raw, 20 * 2**20, gemini_error, {
+            "reject": (400, "INVALID_ARGUMENT", "injected: batch refused"),
+            "queue": (429, "RESOURCE_EXHAUSTED", "Enqueued tokens exceed the batch limit for "
+                                                 "this model; try again once running batches finish."),
+            "size": (400, "INVALID_ARGUMENT", "inline requests over 20 MB")})
+        if refused is not None:
+            return refused
         batch = json.loads(raw).get("batch") or {}
         config = batch.get("inputConfig") or batch.get("input_config") or {}
         reqs = ((config.get("requests") or {}).get("requests")) or []
