@@ -33,7 +33,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.gateway.batch_wire import batch_route
+from tasks.gateway.batch_wire import batch_route, entry_batch_route
 from tasks.gateway.price_table import TABLE
 from tasks.gateway.transport import _cached_tokens, _litellm
 from tasks.model_entry import ModelSpec
@@ -299,10 +299,18 @@ def batch_notes(specs: dict[str, list[ModelSpec]]) -> list[str]:
     the config: the gateway takes entries, never the config)."""
     no_path: dict[str, list[str]] = {}
     fallback: list[str] = []
+    headers: dict[str, list[str]] = {}
     for role, entries in specs.items():
         for s in entries:
             route, why = batch_route(s.model)
             if route:
+                # An entry that asks for batches: can its requests travel in one? (A header
+                # its provider takes only per request sends it live; this asks litellm, so
+                # only for the entries that say batch: true.)
+                if s.batch:
+                    entry_route, entry_why = entry_batch_route(s)
+                    if entry_route is None:
+                        headers.setdefault(entry_why, []).append(f"{role} {s.model}")
                 continue
             no_path.setdefault(why, []).append(f"{role} {s.model}")
             if s.batch:
@@ -312,6 +320,8 @@ def batch_notes(specs: dict[str, list[ModelSpec]]) -> list[str]:
     if fallback:
         out.append("batch: true, but called live (no batch path here): "
                    + ", ".join(sorted(set(fallback))) + ".")
+    out += [f"batch: true, but called live (its requests cannot travel in a batch): "
+            f"{', '.join(sorted(set(w)))}: {why}." for why, w in headers.items()]
     return out
 
 

@@ -23,8 +23,10 @@ def _litellm():
     never needs it."""
     global _LITELLM
     if _LITELLM is None:
-        # The price map is otherwise fetched over the network at import.
+        # The price map is otherwise fetched over the network at import, and the Anthropic
+        # beta-header map at the first Anthropic request.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
         os.environ.setdefault("LITELLM_LOG", "ERROR")
         import litellm
 

@@ -14,7 +14,9 @@ import yaml
 from tasks.config import load_config
 from tasks.gateway import Gateway
 from tasks.gateway.batch import BatchCall, BatchClient
-from tests.support.batch import ROLE, Verdict, calls_for, gateway, run_batch, run_live, spec_for  # home: conftest.py
+from tests.support.batch import (  # home: conftest.py
+    ROLE, Verdict, calls_for, die_when, gateway, run_batch, run_live, spec_for,
+)
 from tests.support.llm_server import answer
 
 
@@ -88,16 +90,9 @@ def test_killed_after_submit_resumes_polling_and_never_resubmits(llm_server, hom
     calls = calls_for(spec_for(llm_server))
     llm_server.batch_faults.delay_polls = 10_000  # the first process never sees it end
 
-    async def submit_then_die():
-        task = asyncio.create_task(BatchClient(g1, wh).run(calls))
-        while not wh.query("SELECT 1 FROM llm_batches"):
-            await asyncio.sleep(0.01)
-        task.cancel()  # the process is killed while it polls
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    g1 = gateway(tmp)
-    asyncio.run(submit_then_die())
+    g1 = gateway(tmp)  # killed while it polls
+    asyncio.run(die_when(g1, wh, calls, lambda: wh.query(
+        "SELECT 1 FROM llm_batches WHERE status <> 'submitting'")))
     g1.close()
     (row,) = wh.query("SELECT batch_id, consumed FROM llm_batches")
     assert row == {"batch_id": "batch-0002", "consumed": False}

@@ -14,29 +14,10 @@ import pytest
 
 from tasks.gateway.batch import BatchClient
 from tasks.gateway.batch_wire import WIRES, Limits, batch_route
-from tests.support.batch import ROLE, Verdict, calls_for, gateway, home, run_batch, run_live  # noqa: F401
-from tests.support.factories import model_spec
-
-# (model, api_base attribute of the server, route counted per create, per poll)
-PROVIDERS = {
-    "openai": ("openai/test-judge", "api_base", "POST /v1/batches", "GET /v1/batches"),
-    "anthropic": ("anthropic/claude-sonnet-4-20250514", "anthropic_base",
-                  "POST /v1/messages/batches", "GET /v1/messages/batches"),
-    "gemini": ("gemini/gemini-2.5-flash", "gemini_base", "POST /v1beta/batchGenerateContent",
-               "GET /v1beta/batches"),
-}
-
-
-def spec_for(server, provider, **over):
-    model, base, _, _ = PROVIDERS[provider]
-    fields = dict(name="j", model=model, api_base=getattr(server, base), max_concurrency=8,
-                  max_retries=1, where="models.benutil_judge", batch=True, batch_size=10,
-                  batch_poll_s=0.02)
-    return model_spec(**{**fields, **over})
-
-
-def creates(server, provider) -> int:
-    return server.counts[PROVIDERS[provider][2]]
+from tests.support.batch import (  # noqa: F401  (home: a fixture)
+    PROVIDERS, ROLE, Verdict, calls_for, creates, die_when, gateway, home, run_batch, run_live,
+)
+from tests.support.batch import provider_spec as spec_for
 
 
 # OpenAI's wire is also covered by tests/gateway/test_batch_api.py (same answers, faults): here it runs
@@ -66,7 +47,7 @@ def test_batch_gives_the_live_answers_and_sends_the_live_request(llm_server, hom
     # Each request line is the body the live call sent.
     sent = llm_server.providers.submitted[0]
     lines = ([x["params"] for x in sent["requests"]] if provider == "anthropic" else
-             [x["request"] for x in sent["batch"]["input_config"]["requests"]["requests"]])
+             [x["request"] for x in sent["batch"]["inputConfig"]["requests"]["requests"]])
     live = [q["body"] for q in llm_server.requests]
     assert sorted(json.dumps(x, sort_keys=True) for x in lines) == \
         sorted(json.dumps(x, sort_keys=True) for x in live)
@@ -80,16 +61,9 @@ def test_rerun_sends_nothing_and_a_kill_resumes_without_resubmitting(llm_server,
     calls = calls_for(spec_for(llm_server, provider))
     llm_server.batch_faults.delay_polls = 10_000  # the first process never sees it end
 
-    async def submit_then_die(g):
-        task = asyncio.create_task(BatchClient(g, wh).run(calls))
-        while not wh.query("SELECT 1 FROM llm_batches"):
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
     g1 = gateway(tmp)
-    asyncio.run(submit_then_die(g1))
+    asyncio.run(die_when(g1, wh, calls, lambda: wh.query(
+        "SELECT 1 FROM llm_batches WHERE status <> 'submitting'")))
     g1.close()
     (row,) = wh.query("SELECT batch_id, consumed FROM llm_batches")
     llm_server.providers.batches[row["batch_id"]]["faults"].delay_polls = 1
@@ -155,14 +129,38 @@ def test_a_failed_poll_is_polled_again(llm_server, home, provider):
 
 
 @every
-def test_polls_that_keep_failing_send_the_lines_live(llm_server, home, provider):
+def test_polls_that_keep_failing_never_send_a_running_batchs_lines_live(llm_server, home, provider):
+    # Transient poll errors (5xx) beyond max_retries: the batch may still run and bill, so it
+    # is polled until it ends and its answers are used; nothing goes live.
     tmp, wh = home
-    llm_server.batch_faults.poll_errors = 2  # more than max_retries=1 in a row
+    llm_server.batch_faults.poll_errors = 3  # more than max_retries=1 in a row
     gw = gateway(tmp)
     got = run_batch(gw, wh, calls_for(spec_for(llm_server, provider)))
-    assert all(r.ok and r.batch_id is None for r in got) and llm_server.counts[ROLE] == 4
+    assert all(r.ok and r.batch_id is not None for r in got) and llm_server.counts[ROLE] == 0
+    assert wh.query("SELECT consumed FROM llm_batches") == [{"consumed": True}]
+    gw.close()
+
+
+@every
+def test_a_batch_that_cannot_be_polled_stops_the_run_and_is_polled_by_the_rerun(llm_server, home,
+                                                                                provider):
+    # A permanent poll error (the provider says 404 for a batch it accepted): its lines are not
+    # sent live while it may still run; the row stays for a rerun, which reads its answers.
+    from tasks.gateway.batch import BatchUnreachable
+
+    tmp, wh = home
+    llm_server.batch_faults.poll_not_found = 2  # two in a row: past max_retries=1
+    gw = gateway(tmp)
+    with pytest.raises(BatchUnreachable, match="cannot be polled"):
+        run_batch(gw, wh, calls_for(spec_for(llm_server, provider)))
+    assert llm_server.counts[ROLE] == 0
     assert wh.query("SELECT consumed FROM llm_batches") == [{"consumed": False}]
     gw.close()
+    g2 = gateway(tmp, run_id="run-2")
+    got = run_batch(g2, wh, calls_for(spec_for(llm_server, provider)))
+    assert all(r.ok and r.batch_id is not None for r in got) and llm_server.counts[ROLE] == 0
+    assert creates(llm_server, provider) == 1
+    g2.close()
 
 
 @every
@@ -185,6 +183,22 @@ def test_lost_results_send_the_lines_live_and_keep_the_batch(llm_server, home, p
     assert all(r.ok and r.batch_id is None for r in got) and llm_server.counts[ROLE] == 4
     assert wh.query("SELECT status, consumed FROM llm_batches") == [{"status": "completed",
                                                                      "consumed": False}]
+    gw.close()
+
+
+@every
+@pytest.mark.parametrize("errors, live", [(1, 0), (99, 4)])
+def test_results_that_fail_to_download_are_read_again_then_sent_live(llm_server, home, provider,
+                                                                     errors, live):
+    # A transient error reading an ended batch's results: read again (each poll succeeds in
+    # between, which must not reset the count); past max_retries=1 its lines go live.
+    tmp, wh = home
+    llm_server.batch_faults.results_errors = errors
+    llm_server.batch_faults.as_file = provider == "gemini"
+    gw = gateway(tmp)
+    got = run_batch(gw, wh, calls_for(spec_for(llm_server, provider)))
+    assert all(r.ok for r in got) and llm_server.counts[ROLE] == live
+    assert wh.query("SELECT consumed FROM llm_batches") == [{"consumed": not live}]
     gw.close()
 
 
@@ -226,8 +240,8 @@ def test_provider_cached_tokens_are_recorded_and_billed_at_the_batch_price(llm_s
 def test_a_stage_over_the_providers_caps_is_split(llm_server, home, provider, monkeypatch):
     tmp, wh = home
     wire = WIRES[provider]
-    one = len(json.dumps(wire.line("0", *gateway(tmp, "k")._request_kwargs(
-        spec_for(llm_server, provider), ROLE, [{"role": "user", "content": "question 0"}], Verdict))))
+    one = len(json.dumps(wire.line("cob0123456789abcdef-0", wire.request(*gateway(tmp, "k")._request_kwargs(
+        spec_for(llm_server, provider), ROLE, [{"role": "user", "content": "question 0"}], Verdict)))))
     # room for two lines by bytes (and at most three by count): 4 lines -> 2 batches
     monkeypatch.setattr(wire, "limits", Limits(lines=3, bytes=2 * one + 40))
     gw = gateway(tmp)

@@ -124,13 +124,13 @@ def test_a_batch_is_held_until_read_then_its_lines_bills_count(llm_server, tmp_p
     gw.budget = Budget(1.0)
     client = BatchClient(gw, wh)
     seen = []
-    real = client._collect
+    real = client._poll_one
 
-    async def collect(batches, lines, results):
+    async def poll_one(st, row):
         seen.append(gw.budget.held)  # submitted, not yet read: its bound is held
-        return await real(batches, lines, results)
+        return await real(st, row)
 
-    client._collect = collect
+    client._poll_one = poll_one
     got = asyncio.run(client.run(bsup.calls_for(s, n=5)))
     assert all(r.ok for r in got) and llm_server.counts["batch_lines"] == 4
     assert seen[0] > 0 and gw.budget.held == pytest.approx(0.0)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.llm_batch import BatchAPI, BatchFaults
+from tests.support.llm_batch import BatchAPI, BatchFaults, bill, openai_refusal
 from tests.support.llm_providers import ProviderAPIs
 
 
@@ -185,6 +185,12 @@ class LLMServer:
         self._rng = random.Random(self.faults.seed)
         # The OpenAI batch API (tests/support/llm_batch.py) and its faults.
         self.batch_faults = BatchFaults()
+        # Every answer a provider would charge for, live or batch line (llm_batch.bill), priced
+        # at prices[bare model] ({input,output,cached_input}_per_mtok, batch_discount).
+        self.ledger: list[dict] = []
+        self.prices: dict[str, dict] = {}
+        # Key headers that reached a redirected download (a different origin): none should.
+        self.redirect_keys: set[str] = set()
         self.batch = BatchAPI(self)
         # Anthropic's and Gemini's live and batch APIs (tests/support/llm_providers.py).
         self.providers = ProviderAPIs(self)
@@ -197,6 +203,7 @@ class LLMServer:
     def reset(self) -> None:
         self.requests.clear()
         self.counts.clear()
+        self.ledger.clear()
         self.max_inflight = 0
 
     async def _arrived(self, request: web.Request) -> tuple[dict, str]:
@@ -217,12 +224,19 @@ class LLMServer:
             return web.json_response(
                 {"error": {"message": "over the concurrency limit", "type": "rate_limit"}},
                 status=429, headers={"retry-after": str(self.faults.retry_after_s)})
+        refused = openai_refusal(body) if kind == "chat" else None
+        if refused:  # what OpenAI refuses (tests/support/llm_batch.py), refused here too
+            self.counts["refused"] += 1
+            return web.json_response(refused, status=400)
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
-            return await self._answer(body, role, kind)
+            resp = await self._answer(body, role, kind)
         finally:
             self.inflight -= 1
+        if resp.status == 200:
+            bill(self, "openai", "live", body, json.loads(resp.body.decode()))
+        return resp
 
     async def _answer(self, body: dict, role: str, kind: str) -> web.Response:
         if self.latency_s:

@@ -74,6 +74,10 @@ class LLMBatch(SQLModel, table=True):
     error_file_id: str | None = None
     submitted: dt.datetime
     finished: dt.datetime | None = None
+    # The client id the batch was tagged with (OpenAI metadata, Gemini displayName, the prefix
+    # of Anthropic custom ids): how a create that failed or timed out is found again. A row of
+    # status "submitting" is an intent: a create sent whose batch id is not known yet.
+    client_id: str | None = None
 
 
 class StageMemo(SQLModel, table=True):
