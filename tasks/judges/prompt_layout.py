@@ -20,7 +20,7 @@ The plan assumes a prefix is cached only where the gateway's request earns it as
   Sonnet 3.7; 2,048 for the Haiku 3.x models, and for Sonnet 4.6, whose documented 1,024 was
   observed to be 2,048 (anthropic-sdk-python issue #1194); 4,096 for Haiku 4.5 and Opus 4.5
   and 4.6; a model not listed here is assumed 4,096), writes a prefix at 1.25 times the
-  input price and reads it at 0.1 times (docs/cost.md names the pages). Ben-Util's per-item requests name their shared prefix
+  input price and reads it at 0.1 times (docs/costs.md names the pages). Ben-Util's per-item requests name their shared prefix
   (``Request.cache_prefix``) and the gateway marks it for Anthropic models
   (tasks/gateway/transport.py ``mark_cache_prefix``; not in the cache key, and not on provider
   batch lines); the first request of a response goes alone and the others wait for it
