@@ -59,6 +59,8 @@ def load_items(cfg) -> list[Item]:
     load = spec.component("loader", spec.loader)
     if ds.source == "sample":
         sample = registry.lookup("loader", spec.loader).meta.get("sample")
+        if callable(sample):  # a loader whose arguments name the file (records: beside the spec)
+            sample = sample(load, Path(spec.source_path).parent if spec.source_path else None)
         if sample is None:
             raise DataError(f"{cfg.source_path or 'config'}: dataset.source: loader "
                             f"{spec.loader} ships no sample; give source and path")

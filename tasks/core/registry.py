@@ -84,8 +84,8 @@ class Component:
             return self.args.model_validate(args or {}, strict=True)
         except ValidationError as e:
             first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "args"
-            raise ComponentError(f"args.{where}: {first['msg']}") from None
+            where = ".".join(["args", *(str(p) for p in first["loc"])])
+            raise ComponentError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
     def build(self, args: dict | None = None):
         """The component, built with the spec's arguments."""
