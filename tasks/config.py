@@ -172,9 +172,15 @@ class Config(_Strict):
 
     @property
     def spec(self):
-        """The benchmark's spec (tasks/bench.py)."""
+        """The benchmark's spec (tasks/bench.py); a relative spec path is read beside the
+        config file when there is one there, else from the working folder."""
+        name = self.benchmark
+        path = Path(name)
+        if path.suffix in (".yaml", ".yml") and not path.is_absolute() and self.source_path:
+            beside = Path(self.source_path).parent / path
+            name = str(beside.resolve()) if beside.is_file() else str(path.resolve())
         try:
-            return load_spec(self.benchmark)
+            return load_spec(name)
         except SpecError as e:
             # The spec's own message names the benchmark (or the spec file and its field).
             raise ConfigError(f"{self.source_path or 'config'}: {e}") from None

@@ -35,22 +35,23 @@ class Role:
     in_report: bool = False
 
 
-# Pipeline order: CarryOnBench's stages, then the sister benchmarks' own roles.
+# Pipeline order: CarryOnBench's intents, the checklists stage, play, judges; then the
+# sister benchmarks' own roles.
 ROLE_TABLE: tuple[Role, ...] = (
-    Role("intent_rewriter", ("checklists", "simulate"), "one", "carryon/intent.j2",
+    Role("intent_rewriter", ("intents",), "one", "carryon/intent.j2",
          "IntentStatement", (300, 80)),
-    Role("ensemble", ("checklists",), "list", "carryon/checklists/ensemble.j2", None, (230, None)),
-    Role("wildguard", ("checklists",), "one", "carryon/checklists/wildguard.j2", "GuardVerdict",
+    Role("ensemble", ("checklists",), "list", "checklists/ensemble.j2", None, (230, None)),
+    Role("wildguard", ("checklists",), "one", "checklists/wildguard.j2", "GuardVerdict",
          (250, 20)),
-    Role("decomposer", ("checklists",), "one", "carryon/checklists/decompose.j2", "Decomposition",
+    Role("decomposer", ("checklists",), "one", "checklists/decompose.j2", "Decomposition",
          (550, 500)),
-    Role("merger", ("checklists",), "one", "carryon/checklists/merge.j2", "MergedList", (450, 1000)),
-    Role("misuse_filter", ("checklists",), "one", "carryon/checklists/misuse.j2", "MisuseVerdicts",
+    Role("merger", ("checklists",), "one", "checklists/merge.j2", "MergedList", (450, 1000)),
+    Role("misuse_filter", ("checklists",), "one", "checklists/misuse.j2", "MisuseVerdicts",
          (800, 600)),
-    Role("targets", ("simulate", "episodes"), "list", None, None, (150, None), in_report=True),
-    Role("user_simulator", ("simulate", "episodes"), "one", "users/*.j2", None, (500, 60),
+    Role("targets", ("episodes",), "list", None, None, (150, None), in_report=True),
+    Role("user_simulator", ("episodes",), "one", "users/*.j2", None, (500, 60),
          in_report=True),
-    Role("move_checker", ("simulate",), "one", "users/move_check.j2", "MoveCheckVerdict",
+    Role("move_checker", ("episodes",), "one", "users/move_check.j2", "MoveCheckVerdict",
          (650, 120), optional=True),
     Role("benutil_judge", ("verdicts",), "either", "judges/benutil.j2", "BenUtilVerdict", (350, 40),
          in_report=True),

@@ -116,14 +116,18 @@ def run_items(ctx) -> list[Item]:
             if in_shard(r.item_id, ctx.shard_index, ctx.shard_count)]
 
 
-def prepare_items(ctx, items: list[Item]) -> tuple[list[Item], dict[str, str]]:
-    """The items as the spec's prepare stages left them: each stage that defines
-    ``prepared(ctx, items) -> (items, {item_id: reason})`` keeps the items it prepared, with
-    what it built added (CarryOnBench's checklists stage: the benign intent and the oracle
-    prompt), and says why it left out the others. Play and judging read items through this."""
+def prepare_items(ctx, items: list[Item], until: str | None = None
+                  ) -> tuple[list[Item], dict[str, str]]:
+    """The items as the spec's prepare stages left them (those before the stage ``until``,
+    when given): each stage's ``prepared(ctx, items) -> (items, {item_id: reason})`` keeps
+    the items it prepared, with what it built added (the checklists stage: each item's
+    checklist), and says why it left out the others. Play and judging read items through
+    this."""
     left: dict[str, str] = {}
     for stage in ctx.config.spec.stage_objects():
-        if stage.phase == "prepare" and hasattr(stage, "prepared"):
+        if stage.name == until:
+            break
+        if stage.phase == "prepare":
             items, out = stage.prepared(ctx, items)
             left.update(out)
     return items, left

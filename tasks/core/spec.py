@@ -165,8 +165,9 @@ class BenchmarkSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _refs(cls, data):
-        # `loader`, `targets`, `judges` and `report` entries may carry arguments; they are kept
-        # by kind and name in `args` ("judge:toy": {...}) so every other reader sees names.
+        # `loader`, `targets`, `judges`, `report`, `stops` and `stages` entries may carry
+        # arguments; they are kept by kind and name in `args` ("judge:toy": {...}) so every
+        # other reader sees names.
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -180,7 +181,7 @@ class BenchmarkSpec(_Strict):
             data["stages"] = list(DEFAULT_STAGES)
         args: dict = {}
         for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
-                            ("report", "section"), ("stops", "stop")):
+                            ("report", "section"), ("stops", "stop"), ("stages", "stage")):
             if field not in data or data[field] is None:
                 continue
             names, a = _split_refs(data[field], field)
@@ -265,8 +266,7 @@ class BenchmarkSpec(_Strict):
         """The stage that defines the run's work (``select``, ``rows``, ``plan``,
         ``listing``): a prepare stage that defines it (its work shapes every stage after it:
         CarryOnBench's queries), else the play stage."""
-        return next((o for o in self.stage_objects()
-                     if o.phase == "prepare" and getattr(o, "defines_work", False)),
+        return next((o for o in self.stage_objects() if o.phase == "prepare" and o.defines_work),
                     self.play_stage())
 
     def stage(self, name: str):

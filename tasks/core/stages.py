@@ -6,7 +6,7 @@
 
 A stage says what the engine needs to know about it and nothing is written per benchmark:
 
-- ``phase``: ``prepare`` (builds what play reads: CarryOnBench's checklists), ``play`` (plays
+- ``phase``: ``prepare`` (builds what play reads: checklists, intents), ``play`` (plays
   the conversations; a spec has exactly one), ``judge`` or ``report``. A spec lists its stages
   in this order.
 - ``flow``: ``"module:function"``, its Prefect subflow (flows/ composes; tasks/ never imports
@@ -24,12 +24,16 @@ A stage says what the engine needs to know about it and nothing is written per b
 
 The play stage also defines the run's *work* (the units the other stages follow): ``select``
 (pre-flight; a bad dataset file fails here), ``rows`` (the stage memos' fingerprint),
-``plan`` (``carryon plan``: calls, tokens and cost of the spec's stages) and ``listing``
-(``carryon data``).
+``plan`` (``carryon plan``: calls, tokens and cost of play and judging) and ``listing``
+(``carryon data``). A prepare stage may define it instead (``defines_work``: CarryOnBench's
+``intents``, over its selected queries); it must then work on the spec's own items (its
+``check`` refuses another loader). A prepare stage says what it leaves for play and judging
+(``prepared``), what the plan may expect of it before it ran (``foresee``) and its own
+part of the plan (``plan``).
 
-Built in: ``episodes``, ``verdicts`` and ``report`` (every benchmark), CarryOnBench's
-``checklists``, ``simulate`` and ``judge`` (tasks/benchmarks/carryon/stages.py, listed in its
-spec's ``components:``).
+Built in: ``checklists`` (a prepare stage any spec names), ``episodes``, ``verdicts`` and
+``report`` (tasks/stages/); CarryOnBench's ``intents`` (tasks/benchmarks/carryon/stages.py,
+listed in its spec's ``components:``).
 """
 
 from __future__ import annotations
@@ -49,12 +53,30 @@ class Stage:
     outputs: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     runs_judges = False
+    defines_work = False  # a prepare stage whose units are the run's work (see above)
 
     def roles(self, spec) -> tuple[list[str], set[str]]:
         return [], set()
 
     def check(self, spec) -> None:
         return None
+
+    # A prepare stage also says what play and judging read of the items it prepared, what the
+    # plan and pre-flight may expect of them, and its part of the plan.
+    def prepared(self, ctx, items: list) -> tuple[list, dict[str, str]]:
+        """The items as this stage left them (what it built added), and the items it left out
+        with why ({item id: reason})."""
+        return items, {}
+
+    def foresee(self, cfg, items: list) -> list:
+        """The items as this stage will leave them, for the plan and pre-flight (before it has
+        run): what it will build, with the expected size."""
+        return items
+
+    def plan(self, cfg, limit: int | None) -> tuple[list[dict], list[str]]:
+        """Its rows of ``carryon plan`` (calls, tokens and prices per role) and notes. The
+        work stage's plan is the run's play and judging too (``BenchmarkSpec.work_stage``)."""
+        return [], []
 
 
 def component_roles(spec, kinds_names) -> tuple[list[str], set[str]]:

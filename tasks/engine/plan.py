@@ -1,9 +1,10 @@
 """``carryon plan``: calls per role, tokens and cost, before anything is spent.
 
-``make_plan`` is the command's one entry: the spec's play stage plans the run's work through
-every stage (tasks/stages/), then the warnings every benchmark gets (a thinking budget that
-leaves no room for the answer, a missing API key). ``episode_plan`` is the episode engine's
-(the ``episodes`` stage's); CarryOnBench's is tasks/benchmarks/carryon/plan.py.
+``make_plan`` is the command's one entry: the spec's work stage plans the run's play and
+judging, every other prepare stage its own roles (tasks/stages/), then the lines every
+benchmark gets (the total, batch paths, the cost, a thinking budget that leaves no room for
+the answer, a missing API key). ``episode_plan`` is the episode engine's (the ``episodes``
+stage's); CarryOnBench's is tasks/benchmarks/carryon/plan.py.
 
 The episode plan is exactwhere the spec fixes the count (one target call per single-turn episode, one judge
 call per judged turn), upper bounds where it depends on the target (a reactive user speaks
@@ -42,11 +43,40 @@ MIN_ANSWER_TOKENS = 256
 def make_plan(cfg, limit: int | None = None,
               key_warnings: bool = True) -> tuple[list[dict], list[str]]:
     """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines,
-    which ask litellm (a 6 s import): the report's cost section reads the rows only."""
+    which ask litellm (a 6 s import): the report's cost section reads the rows only.
+
+    The work stage plans the run's play and judging (and, a prepare stage that defines the
+    work, its own calls); every other prepare stage adds its own roles (the checklists
+    stage: its construction roles over the items it would build for). Rows come in the
+    order of the spec's roles."""
+    spec = cfg.spec
     # The templates a run of this benchmark would render: its own prompts/ first.
-    with prompts.benchmark_prompts(cfg.spec.prompts_dir):
-        rows, notes = cfg.spec.work_stage().plan(cfg, limit)
+    with prompts.benchmark_prompts(spec.prompts_dir):
+        work = spec.work_stage()
+        rows, notes = work.plan(cfg, limit)
+        for stage in spec.stage_objects():
+            if stage.phase == "prepare" and stage is not work:
+                r, n = stage.plan(cfg, limit)
+                rows, notes = rows + r, notes + n
+    order = {role: i for i, role in enumerate(spec.config_roles())}
+    rows.sort(key=lambda r: order.get(r["role"], len(order)))
+    cached = sum(r["cached_usd"] for r in rows if r["cached_usd"] is not None)
+    notes += [f"{sum(r['calls'] for r in rows)} calls in all.",
+              *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
+              cost_note(rows, f"${cached:.2f} with provider prompt caching where the prompt "
+                              "layout allows it (cached_usd; roles whose prompts share no "
+                              "prefix are priced live there)."),
+              "calls already in the cache are not sent again: a rerun costs only what changed."]
     return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
+
+
+def foreseen_items(cfg, items: list) -> list:
+    """The items as the spec's prepare stages will leave them (tasks/core/stages.py
+    ``foresee``): what the plan and pre-flight read before those stages have run."""
+    for stage in cfg.spec.stage_objects():
+        if stage.phase == "prepare":
+            items = stage.foresee(cfg, items)
+    return items
 
 
 def reasoning_warnings(cfg) -> list[str]:
@@ -70,7 +100,7 @@ def reasoning_warnings(cfg) -> list[str]:
 def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     """(rows, notes) like CarryOnBench's plan, priced by tasks/gateway/prices.py."""
     spec = cfg.spec
-    items = select_items(cfg, limit)
+    items = foreseen_items(cfg, select_items(cfg, limit))
     seats = run_seats(cfg)
     targets = [s.model for s in seats if s.model is not None]
     work, skipped = plan_episodes(spec, items, seats, cfg.seed, cfg.scripts)
@@ -126,14 +156,13 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             or template_tokens(known.prompt if known else None) or base_in
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(target_in if role == "targets" else base_in + opening_tokens + target_out)
-        # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
-        # estimated for these prompts, so the cached column is the live price.
+        # Live and batch prices; no shared prefix is estimated for these prompts, so the
+        # cached column is the live price.
         rows.append(plan_row(role, specs, n, in_tokens, out_tokens,
                              memo=cfg.cache_path / MEMO_NAME))
     notes = [
         f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
-        f"{len(seats)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
-        "in all.",
+        f"{len(seats)} target(s): {n_eps} episodes.",
         "judges: " + (", ".join(judged) or "none") + ".",
     ]
     if skipped:
@@ -145,8 +174,4 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
-    notes += batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows})
-    notes += [cost_note(rows, "prompt caching is not estimated for these prompts "
-                              "(cached_usd = cost_usd)."),
-              "calls already in the cache are not sent again: a rerun costs only what changed."]
     return rows, notes

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 from tasks.bench import condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
-from tasks.core.items import Item
 from warehouse import Warehouse
 
 
@@ -115,14 +114,16 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     # A bad dataset file fails here, naming file, row and field (the work stage selects the
     # run's work for every model stage).
     if any(cfg.spec.stage(s).phase != "report" for s in stages):
-        work = cfg.spec.work_stage().select(cfg, limit)
+        from tasks.engine.plan import foreseen_items
+
         # What a judge needs of an item (Ben-Util: its checklist) fails here too, before
-        # anything is played (JudgeError names the item and the field).
+        # anything is played, for the items as the prepare stages will leave them (a
+        # checklist the checklists stage will build is there).
+        items = foreseen_items(cfg, cfg.spec.work_stage().select(cfg, limit))
         checks = [j.check_item for _, j in cfg.spec.judge_objects() if hasattr(j, "check_item")]
-        for unit in work:
-            if isinstance(unit, Item):
-                for check in checks:
-                    check(unit)
+        for item in items:
+            for check in checks:
+                check(item)
     by_stage, optional = _stage_roles(cfg, stages)
     roles = sorted({r for s in stages for r in by_stage[s]})
     for role in roles:

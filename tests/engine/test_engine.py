@@ -342,7 +342,7 @@ OSI_LOADER = "components: [tasks.benchmarks.opensafeintent.loader]\n"
 
 
 def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
-    assert load_spec("carryon").stages == ["checklists", "episodes", "verdicts", "report"]
+    assert load_spec("carryon").stages == ["intents", "checklists", "episodes", "verdicts", "report"]
     assert load_spec("carryon").condition_names == ["BC", "NC", "oracle"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ntitle: Bad\nloader: opensafeintent\n"
@@ -361,8 +361,8 @@ def test_built_in_specs_load_and_bad_specs_name_the_field(tmp_path):
                     f"{OSI_LOADER}judges: [benutil, safety]\n"
                     "conditions: [{name: a, prompt: q}]\n")
     assert [j.kind for _, j in load_spec(str(good)).judge_objects()] == ["benutil", "safety"]
-    # A stage that reads what no stage before it writes is one line (CarryOnBench's checklists
-    # stage writes checklists; a stage of this test reads them).
+    # A stage that reads what no stage before it writes is one line (the checklists stage
+    # writes checklists; a stage of this test reads them).
     from tasks.core import registry
     from tasks.core.stages import Stage
 

@@ -1,11 +1,11 @@
-"""``carryon plan`` for CarryOnBench (its play stage's ``plan``): calls per role, tokens and
-cost of its checklists, simulation and judging, before anything is spent.
+"""``carryon plan`` for CarryOnBench (its intents stage's ``plan``, the run's work): calls per
+role, tokens and cost of its intents, simulation and judging, before anything is spent (the
+checklists stage plans its own roles: tasks/stages/checklists/plan.py).
 
-Call counts are exact where the pipeline's shape fixes them (intents, ensemble, merge,
-misuse, simulation with and without prefix sharing, safety) and upper bounds or estimates
-where they depend on model answers (guard and decomposition assume no answer is dropped;
-Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
-paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
+Call counts are exact where the pipeline's shape fixes them (intents, simulation with and
+without prefix sharing, safety) and estimates where they depend on model answers (Ben-Util
+judgments use the mean size of the checklists already in the warehouse, else the paper's
+mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
 and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py and
 ``judge_prompt`` below), assuming answers use half their max_tokens; the checklist roles' are the role table's; where
 this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
@@ -24,17 +24,16 @@ from __future__ import annotations
 import functools
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
+from tasks.gateway.prices import MEMO_NAME, plan_row
 from prompts import CHARS_PER_TOKEN
 from tasks.judges.prompt_layout import (
     ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens, provider,
 )
-from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
+from tasks.engine.plan_tokens import MESSAGE_TOKENS, recorded_tokens, text_tokens
+from tasks.stages.checklists import mean_stored_questions
 from tasks.roles import ROLE_TABLE
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
-
-PAPER_MEAN_ITEMS = 18
 
 # Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
 # role table's (tasks/roles.py).
@@ -99,57 +98,18 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
     return out
 
 
-def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float]]:
-    """Per role, the calls recorded in this home's ``llm_calls`` (requests sent, not cache hits)
-    and their mean prompt and completion tokens: a pilot run (``--limit``) calibrates the
-    plan's tokens per call to what the models answered."""
-    path = cfg.home_path / "warehouse.duckdb"
-    if not path.exists():
-        return {}
-    try:
-        from warehouse import Warehouse
-
-        rows = Warehouse(path).query(
-            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c "
-            "FROM llm_calls WHERE NOT cache_hit GROUP BY role")
-    except Exception:
-        return {}
-    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0)) for r in rows if r["n"]}
-
-
-def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
-    path = cfg.home_path / "warehouse.duckdb"
-    if path.exists():
-        try:
-            from warehouse import Warehouse
-
-            row = Warehouse(path).query(
-                "SELECT avg(n_items) AS m, count(*) AS n FROM checklists")[0]
-            if row["n"]:
-                return float(row["m"]), f"mean of {row['n']} stored checklists"
-        except Exception:
-            pass
-    return float(PAPER_MEAN_ITEMS), "the paper's mean checklist size (no checklists stored yet)"
-
-
 def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
-    """CarryOnBench's plan (its simulate stage's): checklists, simulation and judging."""
+    """CarryOnBench's plan (its intents stage's, the run's work): intents, simulation and
+    judging; the checklists stage plans its own roles (tasks/stages/checklists/plan.py)."""
     queries = select_queries(cfg, limit)
     q = len(queries)
-    ens = cfg.role_specs("ensemble")
     sim = plan_calls(cfg, q, [x.query_id for x in queries])
-    mean_items, items_note = _mean_checklist_items(cfg)
+    mean_items, items_note = mean_stored_questions(cfg)
     responses = sim["roles"]["targets"]["planned"]  # distinct responses to judge
     target_out = max((s.max_tokens for s in cfg.role_specs("targets")), default=512) // 2
-    ens_out = max((s.max_tokens for s in ens), default=512) // 2
 
     calls = {
         "intent_rewriter": q,
-        "ensemble": q * len(ens),
-        "wildguard": q * len(ens),
-        "decomposer": q * len(ens),
-        "merger": q,
-        "misuse_filter": q,
         "targets": sim["roles"]["targets"]["planned"],
         "user_simulator": sim["roles"]["user_simulator"]["planned"],
         # First tries only; resamples are an upper bound in the notes.
@@ -157,34 +117,32 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         "benutil_judge": round(responses * mean_items) * len(cfg.role_specs("benutil_judge")),
         "safety_judge": responses * len(cfg.role_specs("safety_judge")),
     }
-    extra_prompt = {"wildguard": ens_out, "decomposer": ens_out, "merger": len(ens) * 400,
-                    "targets": 2 * target_out, "user_simulator": 2 * target_out,
+    extra_prompt = {"targets": 2 * target_out, "user_simulator": 2 * target_out,
                     "move_checker": 2 * target_out,
                     "benutil_judge": target_out, "safety_judge": target_out}
     memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
     measured = _measured_prompts(cfg, queries, target_out)
-    recorded = _recorded_tokens(cfg)
+    recorded = recorded_tokens(cfg)
     rows = []
     for role, n in calls.items():
         specs = cfg.role_specs(role)
         if not specs:
             continue
         base_in, base_out = _BASE_TOKENS[role]
-        out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
+        out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
         if role in recorded:  # what this home's recorded calls of the role used, per call
             in_tokens, out_tokens = round(recorded[role][1]), round(recorded[role][2])
         # These roles' calls are spread over their models; the other roles use one model,
         # priced for all n calls.
-        spread = role in ("ensemble", "benutil_judge", "safety_judge", "targets")
+        spread = role in ("benutil_judge", "safety_judge", "targets")
         n_priced = n if spread else n * len(specs)
         row = plan_row(role, specs, n_priced, in_tokens, out_tokens,
                        lambda s, r=role: _cache_share(r, s, target_out, mean_items), memo)
         rows.append({**row, "calls": n, "prompt_tokens": n * in_tokens,
                      "completion_tokens": n * out_tokens})
-    total = sum(r["calls"] for r in rows)
     notes = [
-        f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
+        f"{q} queries, {sim['conversations']} conversations (oracle included).",
         f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
         f"({sim['roles']['targets']['without_sharing'] + sim['roles']['user_simulator']['without_sharing']} "
         f"without sharing → {sim['roles']['targets']['with_sharing'] + sim['roles']['user_simulator']['with_sharing']} with).",
@@ -192,15 +150,9 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         *([f"tokens per call from the calls recorded in this home (llm_calls) for "
            + ", ".join(f"{r} ({recorded[r][0]})" for r in sorted(recorded) if r in calls)
            + "; the template estimate for the others."] if recorded else []),
-        "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
-        "that every query keeps its checklist (only checklisted queries are simulated): upper "
-        "bounds; tokens are rough per-role estimates.",
-        cost_note(rows, "${:.2f} with provider prompt caching where the prompt layout allows "
-                  "it (cached_usd).".format(sum(r["cached_usd"] for r in rows
-                                                if r["cached_usd"] is not None))),
+        "simulation and judging assume every query keeps its checklist (only checklisted "
+        "queries are simulated): upper bounds; tokens are rough per-role estimates.",
         *_cache_notes(cfg, target_out, mean_items),
-        *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
-        "calls already in the cache are not sent again: a rerun costs only what changed.",
     ]
     if sim.get("move_check_resamples"):
         rs = sim["move_check_resamples"]

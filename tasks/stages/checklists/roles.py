@@ -1,4 +1,4 @@
-"""The checklist stage's models (roles ``ensemble``, ``wildguard``, ``decomposer``, ``merger``,
+"""The checklists stage's models (roles ``ensemble``, ``wildguard``, ``decomposer``, ``merger``,
 ``misuse_filter``) with the stage's token budgets, checked before anything is written."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def resolve_roles(cfg: Config) -> Roles:
     ensemble = cfg.role_specs("ensemble")  # distinct names (the config's check): answer ids
     if len(ensemble) < cfg.checklists.min_harmless:
         raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
-                          f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")
+                          f"exceeds the {len(ensemble)} ensemble model(s); no item could be kept")
     ensemble = [_budgeted(cfg, "ensemble", s, e) for s, e in zip(ensemble, cfg.models.ensemble)]
     one = {role: _budgeted(cfg, role, cfg.role_spec(role), getattr(cfg.models, role))
            for role in ("wildguard", "decomposer", "merger", "misuse_filter")}
