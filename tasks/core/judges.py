@@ -165,6 +165,11 @@ class Judge:
         req = self.request(turn)
         return [] if req is None else [req]
 
+    def unit_texts(self, item) -> dict[str, str]:
+        """What each unit of the item's requests asks, by unit id (Ben-Util: its checklist's
+        questions), for the report's browser; {} for a judge without units."""
+        return {}
+
     def requests_per_turn(self, item) -> int:
         """Calls per judged turn of ``item``, for ``carryon plan`` (an upper bound)."""
         return 1 if self.role else 0

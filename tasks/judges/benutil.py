@@ -89,7 +89,8 @@ class BenUtilArgs(BaseModel):
     quote_choices: bool = Field(False, json_schema_extra={"config": "benutil_quote_choices"})
 
 
-@judge("benutil", args=BenUtilArgs, roles=(BENUTIL,))
+# Its verdicts show in the report's built-in section (tasks/report/sections/benutil.py).
+@judge("benutil", args=BenUtilArgs, roles=(BENUTIL,), section="benutil")
 class BenUtilJudge(Judge):
     """Ben-Util for any spec whose items carry a checklist (see the module docstring)."""
 
@@ -125,6 +126,12 @@ class BenUtilJudge(Judge):
 
     def check_item(self, item) -> None:
         self.checklist(item)
+
+    def unit_texts(self, item) -> dict[str, str]:
+        try:
+            return dict(self.checklist(item))
+        except JudgeError:  # an item stored without its checklist: the ids alone
+            return {}
 
     def item_version(self, item) -> str | None:
         return None if self.args.version is None else item.hidden.get(self.args.version)

@@ -54,7 +54,8 @@ class SafetyArgs(BaseModel):
     query: str | None = None
 
 
-@judge("safety", args=SafetyArgs, roles=(SAFETY,))
+# Its verdicts show in the report's built-in section (tasks/report/sections/benutil.py).
+@judge("safety", args=SafetyArgs, roles=(SAFETY,), section="benutil")
 class SafetyJudge(Judge):
     """The safety judge on the engine (see the module docstring)."""
 
