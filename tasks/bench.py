@@ -26,6 +26,10 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.core import registry
+from tasks.core.judges import Judge
+from tasks.core.stages import Stage
+from tasks.core.targets import TargetPolicy
+from tasks.core.users import UserPolicy
 from tasks.core.spec import (  # noqa: F401 (the spec's models, imported from here too)
     DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
 )
@@ -121,6 +125,11 @@ def _engine_stages(raw: dict, path: Path) -> dict:
     return {**raw, **inherited, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
 
 
+# What a built component of each kind is: the ground floor's base classes (a loader, a stop
+# rule and a report section are callables).
+PROTOCOLS = {"user": UserPolicy, "target": TargetPolicy, "judge": Judge, "stage": Stage}
+
+
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     # Every component a spec names must resolve, with valid arguments, now: not halfway
     # through a run.
@@ -138,12 +147,14 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
         try:
             comp = registry.lookup(kind, name)
             comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
-            if kind == "user":
-                spec.user(spec.condition(cond))
-            else:
-                spec.component(kind, name)
+            built = spec.user(spec.condition(cond)) if kind == "user" else spec.component(kind, name)
         except registry.ComponentError as e:
             raise SpecError(f"{path}: {field}: {e}") from None
+        base = PROTOCOLS.get(kind)
+        if base is not None and not isinstance(built, base) or base is None and not callable(built):
+            what = f"a {base.__module__}.{base.__name__}" if base is not None else "callable"
+            raise SpecError(f"{path}: {field}: {registry.KIND_WORDS[kind]} {name} is not {what} "
+                            f"(it is {type(built).__module__}.{type(built).__name__})")
         used.add(f"{kind}:{name}")
     unused = sorted(set(spec.args) - used)
     if unused:

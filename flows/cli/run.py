@@ -96,8 +96,18 @@ def run(config: str = ConfigOpt,
     if summary.get("remembered_failures"):
         typer.echo("calls whose earlier deterministic failure was remembered, not sent again "
                    f"(--retry-failed sends them): {summary['remembered_failures']}", err=True)
+    _say_failed_episodes(summary)
     if "episodes" in summary.get("stages", {}):
         _exit_if_a_target_failed(cfg, summary)
+
+
+def _say_failed_episodes(summary: dict) -> None:
+    """The run's last lines say how many episodes failed and why (the play stage's
+    ``failed``): left out of every metric, they must not pass for a clean run."""
+    for stage, info in summary.get("stages", {}).items():
+        if isinstance(info, dict) and info.get("failed"):
+            typer.echo(f"warning: {stage}: {info['failed']}; failed episodes are left out of "
+                       "every metric (the report's Episodes table counts them)", err=True)
 
 
 def _exit_if_a_target_failed(cfg, summary: dict) -> None:

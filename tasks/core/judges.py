@@ -138,8 +138,16 @@ class Judge:
     # {name: (measure, value -> label)}, e.g. safety's harmful = score >= 4.
     agreement: dict = field(default_factory=dict)
 
+    # A judge that takes arguments holds them here (its registration's ``args`` model).
+    args = None
+
     def wants(self, turn: TurnView) -> bool:
         return True
+
+    def check_item(self, item) -> None:
+        """What the judge needs of an item (``ItemError`` naming the field; Ben-Util: its
+        checklist), checked by ``carryon plan`` and pre-flight before anything is played."""
+        return None
 
     def item_version(self, item) -> str | None:
         """The version of the item's hidden data this judge reads (Ben-Util: its checklist's),
@@ -149,8 +157,7 @@ class Judge:
 
     def changed_args(self) -> dict:
         """The judge's arguments that differ from their defaults (``verdict_sets.args``)."""
-        args = getattr(self, "args", None)
-        return args.model_dump(exclude_defaults=True) if isinstance(args, BaseModel) else {}
+        return self.args.model_dump(exclude_defaults=True) if isinstance(self.args, BaseModel) else {}
 
     def judgment_identity(self) -> tuple[str, dict]:
         """Under the judgment-set recipe: the prompt version the set names and what else of

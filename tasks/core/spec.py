@@ -343,7 +343,7 @@ class BenchmarkSpec(_Strict):
 
     def needs_target_models(self) -> bool:
         """Whether any target policy sits a configured target model in the seat."""
-        return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
+        return any(p.takes_model for _, p in self.target_policies())
 
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
         """(roles, optional roles) a stage of this spec calls (for pre-flight and the plan),

@@ -68,6 +68,10 @@ class Stage:
         with why ({item id: reason})."""
         return items, {}
 
+    def check_item(self, spec, item) -> None:
+        """What the stage needs of an item of ``spec`` (``ItemError`` naming the field)."""
+        return None
+
     def foresee(self, cfg, items: list) -> list:
         """The items as this stage will leave them, for the plan and pre-flight (before it has
         run): what it will build, with the expected size."""
@@ -94,7 +98,7 @@ def component_roles(spec, kinds_names) -> tuple[list[str], set[str]]:
 def optional_roles(comp) -> set[str]:
     """The roles a component calls only when the config sets them: all of an optional
     judge's, and those it registered as ``optional_roles`` (the scripted user's move checker)."""
-    if comp.kind == "judge" and getattr(comp.factory, "optional", False):
+    if comp.kind == "judge" and comp.factory.optional:
         return set(comp.roles)
     return set(comp.meta.get("optional_roles", ()))
 

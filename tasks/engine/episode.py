@@ -60,22 +60,19 @@ def plans_for(user, item: Item, condition: ConditionSpec, seed: int,
     """The scripts an item is played with (one episode each); the empty script by default.
     ``scripts``: the config's ``scripts:`` section (lengths and counts a script may leave to
     the config)."""
-    fn = getattr(user, "plans", None)
-    return [tuple(p) for p in fn(item, condition, seed, scripts)] if fn else [()]
+    return [tuple(p) for p in user.plans(item, condition, seed, scripts)]
 
 
 def replayed_prefix(user, item: Item, condition: ConditionSpec,
                     plan: tuple[str, ...]) -> list[dict]:
     """Stored turns the user policy replays after the opening, before the target's first
-    live turn (its optional ``prefix(item, condition, plan)``: assistant and user turns in
-    turn, ending with a user turn); none by default. Replayed turns are stored like played
+    live turn (its ``prefix(item, condition, plan)``: assistant and user turns in turn,
+    ending with a user turn); none by default. Replayed turns are stored like played
     ones, without a call hash, so a later act is judged on a dialogue every target shares."""
-    fn = getattr(user, "prefix", None)
-    turns = [{"role": t["role"], "content": t["content"]} for t in (fn(item, condition, plan)
-                                                                    if fn else [])]
+    turns = [{"role": t["role"], "content": t["content"]} for t in user.prefix(item, condition, plan)]
     if [t["role"] for t in turns] != ["assistant", "user"] * (len(turns) // 2) or any(
             not isinstance(t["content"], str) or not t["content"].strip() for t in turns):
-        raise ValueError(f"{getattr(user, 'name', user)}: a replayed prefix is assistant and "
+        raise ValueError(f"{user.name or type(user).__name__}: a replayed prefix is assistant and "
                          "user turns in turn, each with text, ending with a user turn")
     return turns
 
@@ -117,7 +114,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
     checks: list[dict] = []
-    continues_after_block = getattr(user, "continues_after_block", False)
+    continues_after_block = user.continues_after_block
     for t in replayed_prefix(user, item, condition, plan):
         model_turns += t["role"] == "assistant"
         turns.append({"episode_id": eid, "position": len(turns), "role": t["role"],
@@ -243,7 +240,11 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     out = {"episodes": len(played), "status": dict(status), "termination": dict(term),
            "turns": sum(len(p.turns) for p in played),
            "blocked_turns": sum(bool(t["blocked"]) for p in played for t in p.turns),
-           "errors": errors}
+           "errors": errors,
+           # Why each episode that did not complete ended (its status and error kind).
+           "failures": [p.episode["status"] + (f" ({p.episode['error'].split(':', 1)[0]})"
+                                               if p.episode["error"] else "")
+                        for p in played if p.episode["status"] != "completed"]}
     if env.move_check is not None:  # episodes with a kept user turn that failed its check
         out["move_check_failed"] = sum(bool(failed_checks(p.checks)) for p in played)
     return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import prompts
 from tasks.engine.episode import plan_episodes, run_seats
-from tasks.core.items import select_items
+from tasks.core.items import check_items, select_items
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.core import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
@@ -27,11 +27,9 @@ from tasks.roles import ROLE_TABLE, ROLES
 
 
 def _user_template(spec, work) -> float | None:
-    """The simulated user's prompt size: the template its policies' modules name
-    (``TEMPLATE``, e.g. tasks/users/reactive.py), the largest when several."""
-    import sys
-
-    sizes = [template_tokens(getattr(sys.modules.get(type(spec.user(c)).__module__), "TEMPLATE", None))
+    """The simulated user's prompt size: the template its policies name (``template``, e.g.
+    tasks/users/reactive.py's), the largest when several."""
+    sizes = [template_tokens(spec.user(c).template)
              for c in {c.name: c for _, c, _, _ in work}.values()]
     return max((x for x in sizes if x), default=None)
 
@@ -53,6 +51,8 @@ def make_plan(cfg, limit: int | None = None,
     # The templates a run of this benchmark would render: its own prompts/ first.
     with prompts.benchmark_prompts(spec.prompts_dir):
         work = spec.work_stage()
+        # An item a component cannot use is one line naming its file and row (DataError).
+        check_items(cfg, foreseen_items(cfg, work.select(cfg, limit)))
         rows, notes = work.plan(cfg, limit)
         for stage in spec.stage_objects():
             if stage.phase == "prepare" and stage is not work:
@@ -118,7 +118,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             calls[role] = calls.get(role, 0) + n
             bound.add(role)
     for n_turns, seat in turns:  # a target policy's own calls beside its model's, per turn
-        for role, n in getattr(seat.policy, "calls", lambda c: {})(None).items():
+        for role, n in seat.policy.calls(None).items():
             calls[role] = calls.get(role, 0) + n * n_turns
     judged = []
     for name, judge in spec.judge_objects():

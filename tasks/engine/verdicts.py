@@ -68,7 +68,7 @@ def with_config_args(cfg, name: str, judge):
     field names a key of that section (``json_schema_extra={"config": key}``) takes the
     config's value where the config turns it from its default (the section a config written
     for CarryOnBench has always had: Ben-Util's quote choices, safety's history)."""
-    args = getattr(judge, "args", None)
+    args = judge.args
     if not isinstance(args, BaseModel):
         return judge
     section = cfg.judging

@@ -18,6 +18,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.core.items import ItemError
 from tasks.core.judges import Judge, JudgeError, Measure, Request, TurnView
 from tasks.core.registry import judge
 from tasks.core.votes import majority_vote
@@ -104,28 +105,35 @@ class BenUtilJudge(Judge):
 
     def checklist(self, item) -> list[tuple[str, str]]:
         """The item's checklist as (unit id, question); JudgeError naming the item and field
-        when it has none (the loader's job: every item of a Ben-Util benchmark has one)."""
+        when it has none (pre-flight and the plan refuse such an item first, naming its file
+        and row: ``check_item``)."""
+        try:
+            return self._checklist(item)
+        except ItemError as e:
+            raise JudgeError(f"bench_items: item {item.item_id}: {e}") from None
+
+    def _checklist(self, item) -> list[tuple[str, str]]:
         key = self.args.checklist
         raw = item.hidden.get(key)
-        where = f"bench_items: item {item.item_id}: hidden.{key}"
+        field = f"hidden.{key}"
         if not isinstance(raw, list) or not raw:
-            raise JudgeError(f"{where}: Ben-Util needs the item's checklist, a non-empty list "
-                             "of questions or of {id, question}")
+            raise ItemError(field, "Ben-Util needs the item's checklist, a non-empty list of "
+                                   "questions or of {id, question}")
         out = []
         for i, entry in enumerate(raw, 1):
             unit, question = (entry.get("id"), entry.get("question")) if isinstance(entry, dict) \
                 else (i, entry)
             if not isinstance(question, str) or not question.strip() or unit in (None, ""):
-                raise JudgeError(f"{where}[{i - 1}]: a question (a non-empty string, with an id "
-                                 "when the entry is a mapping)")
+                raise ItemError(f"{field}[{i - 1}]", "a question (a non-empty string, with an "
+                                                      "id when the entry is a mapping)")
             out.append((str(unit), question))
         dup = sorted({u for u, _ in out if [x for x, _ in out].count(u) > 1})
         if dup:
-            raise JudgeError(f"{where}: item id {dup[0]} appears twice")
+            raise ItemError(field, f"item id {dup[0]} appears twice")
         return out
 
     def check_item(self, item) -> None:
-        self.checklist(item)
+        self._checklist(item)
 
     def unit_texts(self, item) -> dict[str, str]:
         try:

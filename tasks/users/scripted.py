@@ -33,9 +33,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 import prompts
+from tasks.core.items import ItemError
 from tasks.core.keys import check_key, resample_key
 from tasks.core.registry import user_policy
-from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn
+from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn, UserPolicy
 from tasks.untrusted import cap_transcript
 from tasks.users.move_checker import check_turn
 from tasks.users.scripts import get_move, moves_for, sample_scripts
@@ -53,7 +54,7 @@ class ScriptedArgs(BaseModel):
 # checked (and resampled); without it no call or key changes.
 @user_policy("scripted", args=ScriptedArgs, roles=(SIMULATOR, CHECKER_ROLE),
              optional_roles=(CHECKER_ROLE,))
-class Scripted:
+class Scripted(UserPolicy):
     name = "scripted"
     roles: tuple[str, ...] = (SIMULATOR, CHECKER_ROLE)
 
@@ -119,6 +120,16 @@ class Scripted:
                 break
         checks[-1]["kept"] = True
         return replace(kept, checks=tuple(checks))
+
+    def check_item(self, item, condition) -> None:
+        """A condition whose scripts hold benign-clarification moves tells the item's intent:
+        an item without one would fail every such episode (simulator_error)."""
+        s = condition.script
+        key = self._intent_key(condition)
+        if s is not None and s.group == "BC" and not item.hidden.get(key):
+            raise ItemError(f"hidden.{key}", f"condition {condition.name}: the scripted user's "
+                            "benign-clarification moves state the item's intent, and this "
+                            f"item has none (give the loader a field for hidden.{key})")
 
     @staticmethod
     def _intent_key(condition) -> str:

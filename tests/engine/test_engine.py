@@ -20,7 +20,7 @@ from tasks.gateway import CallResult
 from tasks.core.judges import Judge, Measure, Request
 from tasks.core.targets import Seat
 from tasks.targets.llm import LLM
-from tasks.core.users import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn
+from tasks.core.users import ANSWERED, SINGLE_TURN, TURN_CAP, USER_STOP, PolicyEnv, Stop, UserTurn, UserPolicy
 from tests.support.factories import FakeGateway, model_spec
 from warehouse import Warehouse
 
@@ -41,7 +41,7 @@ def fail(kind: str) -> CallResult:
 
 
 @dataclass
-class AskingUser:
+class AskingUser(UserPolicy):
     """A policy that speaks ``n`` times, then stops with ``user_stop``."""
 
     n: int

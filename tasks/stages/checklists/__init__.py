@@ -27,6 +27,7 @@ from dataclasses import replace
 from pydantic import BaseModel, ConfigDict
 
 import prompts
+from tasks.core.items import ItemError
 from tasks.core.registry import stage
 from tasks.core.stages import Stage, table_roles
 
@@ -70,6 +71,14 @@ class Checklists(Stage):
         if prompt is None:
             raise ValueError("stages: checklists: args.prompt: name the item prompt the "
                              "checklists are built for (the first condition opens with none)")
+
+    def check_item(self, spec, item) -> None:
+        """An item to build for needs its prompt."""
+        key = self.prompt_key(spec)
+        if not self.given(item) and not item.prompts.get(key) \
+                and not (self.args.request and item.prompts.get(self.args.request)):
+            raise ItemError(f"prompts.{key}", "the checklists stage builds the item's "
+                            "checklist for this prompt, and the item has none")
 
     # ----- what it builds -----------------------------------------------------------------
     def prompt_key(self, spec) -> str | None:
