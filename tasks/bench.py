@@ -52,6 +52,30 @@ def builtin_names() -> list[str]:
     return sorted(p.parent.name for p in BENCHMARKS_DIR.glob(f"*/{SPEC_FILE}"))
 
 
+def default_benchmark() -> str:
+    """The built-in benchmark a config that names none runs: the one whose spec says
+    ``default: true`` (CarryOnBench's: configs were written for it before ``benchmark:``
+    existed)."""
+    found = [n for n in builtin_names()
+             if (yaml.safe_load(spec_path(n).read_text(encoding="utf-8")) or {}).get("default")]
+    if len(found) != 1:
+        raise SpecError(f"{BENCHMARKS_DIR}: exactly one built-in spec says `default: true` "
+                        f"(found {found or 'none'})")
+    return found[0]
+
+
+_BUILTINS_LOADED: list[bool] = []
+
+
+def load_builtins() -> None:
+    """Every built-in spec, loaded once: their components register what a config reads (its
+    sections, the roles of the first release), whichever benchmark the config runs."""
+    if not _BUILTINS_LOADED:
+        for name in builtin_names():
+            load_spec(name)
+        _BUILTINS_LOADED.append(True)
+
+
 def load_spec(name_or_path: str) -> BenchmarkSpec:
     """The spec of a benchmark, validated, its components found and their arguments checked;
     SpecError names the file and the field. A spec of its own (outside the built-in folder)

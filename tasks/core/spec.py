@@ -133,6 +133,8 @@ class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
     description: str = ""
+    # The built-in benchmark a config that names none runs (exactly one built-in spec says so).
+    default: bool = False
     # Registered stages in pipeline order (tasks/stages/): prepare, play (exactly one), judge,
     # report. Unset: the episode engine's (episodes, verdicts, report).
     stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES), min_length=1)
@@ -335,11 +337,14 @@ class BenchmarkSpec(_Strict):
 
     def config_roles(self) -> list[str]:
         """The roles a config of this benchmark may set: its components' and stages' roles and
-        the universal ones; the role table's order first."""
+        the universal ones, in pipeline order: the prepare stages' own roles (in stage order),
+        then the role table's, then the others."""
         roles, _ = self.component_roles()
-        roles += list(UNIVERSAL_ROLES)
-        order = {r.name: i for i, r in enumerate(ROLE_TABLE)}
-        return sorted(dict.fromkeys(roles), key=lambda r: order.get(r, len(order)))
+        roles = list(dict.fromkeys(roles + list(UNIVERSAL_ROLES)))
+        first = [r for o in self.stage_objects() if o.phase == "prepare"
+                 for r in self.stage_roles(o.name)[0]]
+        order = {r: i for i, r in enumerate(dict.fromkeys(first + [r.name for r in ROLE_TABLE]))}
+        return sorted(roles, key=lambda r: order.get(r, len(order)))
 
     def needs_target_models(self) -> bool:
         """Whether any target policy sits a configured target model in the seat."""

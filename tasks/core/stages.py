@@ -39,7 +39,6 @@ listed in its spec's ``components:``).
 from __future__ import annotations
 
 from tasks.core import registry
-from tasks.roles import ROLE_TABLE
 
 PHASES = ("prepare", "play", "judge", "report")
 
@@ -103,8 +102,9 @@ def optional_roles(comp) -> set[str]:
     return set(comp.meta.get("optional_roles", ()))
 
 
-def table_roles(stage: str) -> tuple[list[str], set[str]]:
-    """(roles, optional roles) the role table (tasks/roles.py) gives a stage: CarryOnBench's
-    stages call fixed roles."""
-    roles = [r.name for r in ROLE_TABLE if stage in r.stages]
-    return roles, {r.name for r in ROLE_TABLE if r.optional and r.name in roles}
+def declared_roles(stage: str) -> tuple[list[str], set[str]]:
+    """(roles, optional roles) a stage registered (``@stage(name, roles=...)``): the fixed roles
+    a stage of its own calls (the checklists stage's construction roles)."""
+    comp = registry.lookup("stage", stage)
+    known = registry.known_roles()
+    return list(comp.roles), {r for r in comp.roles if known[r].optional}

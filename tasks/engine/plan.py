@@ -23,7 +23,6 @@ from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_note, plan_row
 from tasks.core import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
-from tasks.roles import ROLE_TABLE, ROLES
 
 
 def _user_template(spec, work) -> float | None:
@@ -82,9 +81,9 @@ def foreseen_items(cfg, items: list) -> list:
 def reasoning_warnings(cfg) -> list[str]:
     """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
     answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
-    answers = {r.name: r.tokens[1] for r in ROLE_TABLE}
+    answers = {name: r.tokens[1] for name, r in registry.known_roles().items()}
     out = []
-    for role in ROLES:
+    for role in cfg.all_specs():
         for spec in cfg.role_specs(role):
             if spec.thinking_budget is None:
                 continue

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.items import ItemError
 from tasks.core.judges import Judge, JudgeError, Measure, Request, TurnView
-from tasks.core.registry import judge
+from tasks.core.registry import judge, settings
+from tasks.model_entry import _Strict
 from tasks.core.votes import majority_vote
 from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
 from tasks.judges.prompts import (
@@ -75,6 +76,16 @@ def reask_failed(why: str) -> str:
 
 
 # ----- Ben-Util on the engine ---------------------------------------------------------------
+@settings("judging", first_release=True, later=("benutil_quote_choices",))
+class BenUtilJudging(_Strict):
+    """Its key of the config's ``judging:`` section (the argument ``quote_choices``)."""
+
+    # Ben-Util's quote may only be one of the response's passages (a JSON-schema enum sent
+    # with the request; the prompt is unchanged): for small local models that cannot copy
+    # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
+    benutil_quote_choices: bool = False
+
+
 class BenUtilArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -20,7 +20,8 @@ from tasks.judges.prompts import (
 )
 from tasks.core.judges import Judge, Measure, Request, TurnView
 from tasks.judges.benutil import BLOCKED
-from tasks.core.registry import judge
+from tasks.core.registry import judge, settings
+from tasks.model_entry import _Strict
 
 SAFETY = "safety_judge"
 BLOCKED_SAFETY_SCORE = 1  # a blocked turn is a refusal: rubric level 1
@@ -41,6 +42,13 @@ def history_shown(turn: TurnView) -> list[tuple[str, str]]:
         elif h["content"] is not None:
             out.append((h["role"], h["content"]))
     return out
+
+
+@settings("judging", first_release=True)
+class SafetyJudging(_Strict):
+    """Its key of the config's ``judging:`` section (the argument ``sees_history``)."""
+
+    safety_sees_history: bool = False
 
 
 class SafetyArgs(BaseModel):

@@ -30,18 +30,40 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import prompts
 from tasks.core.items import ItemError
 from tasks.core.keys import check_key, resample_key
-from tasks.core.registry import user_policy
+from tasks.core.registry import settings, user_policy
 from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn, UserPolicy
 from tasks.untrusted import cap_transcript
 from tasks.users.move_checker import check_turn
-from tasks.users.scripts import get_move, moves_for, sample_scripts
+from tasks.model_entry import _Strict
+from tasks.users.scripts import DEFAULT_LENGTHS, get_move, moves_for, sample_scripts
 
 SIMULATOR = "user_simulator"
+
+
+@settings("scripts", aliases=("flows",), stored_as="flows", first_release=True)
+class ScriptCounts(_Strict):
+    """The config's ``scripts:`` section (read as ``flows:`` too, its stored name, so configs
+    and homes from before the rename keep their hashes and run ids): the lengths and counts
+    of the scripts a condition draws when its script leaves them to the config."""
+
+    lengths: list[int] = Field(default_factory=lambda: list(DEFAULT_LENGTHS), min_length=1)
+    bc_per_length: int = Field(2, ge=0, le=10_000)
+    nc_per_length: int = Field(1, ge=0, le=10_000)
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        for n in v:
+            if n not in DEFAULT_LENGTHS:
+                raise ValueError(f"length {n} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+        if len(set(v)) != len(v):
+            raise ValueError("lengths repeat")
+        return v
 
 
 class ScriptedArgs(BaseModel):

@@ -7,5 +7,6 @@ on the package's import, so any of its modules finds them, in a run or a unit te
 from pathlib import Path
 
 import prompts
+from tasks.benchmarks.carryon import settings  # noqa: F401 (registers its keys of the config)
 
 prompts.mount("carryon", Path(__file__).with_name("prompts"))

@@ -31,13 +31,14 @@ from tasks.judges.prompt_layout import (
 )
 from tasks.engine.plan_tokens import MESSAGE_TOKENS, recorded_tokens, text_tokens
 from tasks.stages.checklists import mean_stored_questions
-from tasks.roles import ROLE_TABLE
+from tasks.core import registry
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
 
-# Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
-# role table's (tasks/roles.py).
-_BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
+def _base_tokens(role: str) -> tuple[int, int | None]:
+    """Rough tokens per call (prompt, completion) of a role, before the answers' own lengths
+    (its ``Role``'s)."""
+    return registry.role(role).tokens
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,7 +129,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         specs = cfg.role_specs(role)
         if not specs:
             continue
-        base_in, base_out = _BASE_TOKENS[role]
+        base_in, base_out = _base_tokens(role)
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
         if role in recorded:  # what this home's recorded calls of the role used, per call
@@ -166,7 +167,7 @@ def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]
     """Prompt tokens per call of the simulation and judge roles, from the templates and the
     prefix tree (tasks/engine/plan_tokens.py); the other roles keep the role table's estimates."""
     q = mean_query_tokens(queries) or QUERY_TOKENS
-    user_in, user_out = _BASE_TOKENS["user_simulator"]
+    user_in, user_out = _base_tokens("user_simulator")
     sim = simulation_prompts(cfg, [x.query_id for x in queries], q, target_out, user_out, user_in)
     history = sim["history"] if cfg.judging.safety_sees_history else 0.0
     return {"targets": sim["targets"], "user_simulator": sim["user_simulator"],

@@ -9,25 +9,29 @@ conversations), ``verdicts`` (which judges them with Ben-Util and safety) and ``
   and prepares the items the later stages read: only queries with a benign intent, each with
   ``hidden["intent"]`` and ``prompts["oracle"]`` (``prepared``, prepared.py).
 
-Its role is the role table's ``intent_rewriter`` (tasks/roles.py).
+Its role, ``intent_rewriter``, is declared here.
 """
 
 from __future__ import annotations
 
 from tasks.core.registry import stage
-from tasks.core.stages import Stage, table_roles
+from tasks.core.stages import Stage, declared_roles
+from tasks.roles import Role
 
 SUBFLOWS = "tasks.benchmarks.carryon.subflows"  # the stage's Prefect subflow, beside it
+# Its one role (configs of the first release held it: tasks/roles.py ``first_release``).
+INTENT_REWRITER = Role("intent_rewriter", ("intents",), "one", "carryon/intent.j2",
+                       "IntentStatement", (300, 80), first_release=True)
 
 
-@stage("intents")
+@stage("intents", roles=(INTENT_REWRITER,))
 class Intents(Stage):
     name, phase, flow = "intents", "prepare", f"{SUBFLOWS}:intents_flow"
     outputs = ("queries", "intents")
     defines_work = True
 
     def roles(self, spec):
-        return table_roles(self.name)
+        return declared_roles(self.name)
 
     def check(self, spec) -> None:
         # Its work is CarryOnBench's selected queries: in a spec whose items another loader

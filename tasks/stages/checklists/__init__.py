@@ -24,18 +24,30 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import prompts
 from tasks.core.items import ItemError
-from tasks.core.registry import stage
-from tasks.core.stages import Stage, table_roles
+from tasks.core.registry import settings, stage
+from tasks.core.stages import Stage, declared_roles
+from tasks.model_entry import _Strict
+from tasks.stages.checklists.roles import ROLES
 
 # The question count a checklist is assumed to have for the plan before any is stored: the
 # mean of the source paper's checklists (7 to 23 questions, 18 on average).
 MEAN_QUESTIONS = 18
 NOT_BUILT_YET = "no checklist yet: run the checklists stage"
 REQUEST_TEMPLATE = "checklists/request.j2"
+
+
+@settings("checklists", first_release=True)
+class ChecklistSettings(_Strict):
+    """The config's ``checklists:`` section."""
+
+    min_harmless: int = Field(3, ge=1)  # harmless ensemble answers an item needs to keep one
+    # The most questions a checklist keeps: the prompts ask for 7 to max_items, and the merged
+    # list is cut to its first max_items (the merger puts the most important first).
+    max_items: int = Field(23, ge=1, le=1000)
 
 
 class ChecklistsArgs(BaseModel):
@@ -54,7 +66,7 @@ class ChecklistsArgs(BaseModel):
     version: str = "checklist_version"
 
 
-@stage("checklists", args=ChecklistsArgs)
+@stage("checklists", args=ChecklistsArgs, roles=ROLES)
 class Checklists(Stage):
     name, phase, flow = "checklists", "prepare", "flows.checklists:checklists_flow"
     outputs = ("ensemble_answers", "guard_verdicts", "decomposed_items", "merged_items",
@@ -64,7 +76,7 @@ class Checklists(Stage):
         self.args = args or ChecklistsArgs()
 
     def roles(self, spec):
-        return table_roles(self.name)
+        return declared_roles(self.name)
 
     def check(self, spec) -> None:
         prompt = self.prompt_key(spec)

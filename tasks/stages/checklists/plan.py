@@ -13,9 +13,11 @@ from __future__ import annotations
 from tasks.core.items import select_items
 from tasks.engine.plan_tokens import recorded_tokens
 from tasks.gateway.prices import MEMO_NAME, plan_row
-from tasks.roles import BY_NAME
 
-ROLES = ("ensemble", "wildguard", "decomposer", "merger", "misuse_filter")
+from tasks.stages.checklists.roles import ROLES as ROLE_DECLS
+
+ROLES = tuple(r.name for r in ROLE_DECLS)
+TOKENS = {r.name: r.tokens for r in ROLE_DECLS}
 # A merge prompt shows each kept answer's questions: about this many tokens an answer.
 MERGE_TOKENS_PER_ANSWER = 400
 
@@ -44,7 +46,7 @@ def checklist_plan(cfg, stage, limit: int | None) -> tuple[list[dict], list[str]
         specs = cfg.role_specs(role)
         if not specs or not calls[role]:
             continue
-        base_in, base_out = BY_NAME[role].tokens
+        base_in, base_out = TOKENS[role]
         in_tokens = round(base_in + extra.get(role, 0))
         out_tokens = base_out if base_out is not None else ens_out
         if role in recorded:

@@ -7,6 +7,22 @@ import dataclasses
 from dataclasses import dataclass
 
 from tasks.config import Config, ConfigError, ModelSpec
+from tasks.roles import Role
+
+# The construction roles, called by this stage and nothing else (configs of the first release
+# held them: their entries stay in every config's hash, tasks/roles.py ``first_release``).
+ROLES = (
+    Role("ensemble", ("checklists",), "list", "checklists/ensemble.j2", None, (230, None),
+         first_release=True),
+    Role("wildguard", ("checklists",), "one", "checklists/wildguard.j2", "GuardVerdict",
+         (250, 20), first_release=True),
+    Role("decomposer", ("checklists",), "one", "checklists/decompose.j2", "Decomposition",
+         (550, 500), first_release=True),
+    Role("merger", ("checklists",), "one", "checklists/merge.j2", "MergedList", (450, 1000),
+         first_release=True),
+    Role("misuse_filter", ("checklists",), "one", "checklists/misuse.j2", "MisuseVerdicts",
+         (800, 600), first_release=True),
+)
 
 
 @dataclass(frozen=True)
