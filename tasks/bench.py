@@ -31,7 +31,7 @@ from tasks.core.stages import Stage
 from tasks.core.targets import TargetPolicy
 from tasks.core.users import UserPolicy
 from tasks.core.spec import (  # noqa: F401 (the spec's models, imported from here too)
-    DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
+    DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, SpecError, ViewsSpec,
 )
 from warehouse.store import on_init, on_legacy, on_views
 
@@ -179,6 +179,11 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
             what = f"a {base.__module__}.{base.__name__}" if base is not None else "callable"
             raise SpecError(f"{path}: {field}: {registry.KIND_WORDS[kind]} {name} is not {what} "
                             f"(it is {type(built).__module__}.{type(built).__name__})")
+        if kind == "user":  # what the policy needs of its condition (a script)
+            try:
+                built.check_condition(spec.condition(cond))
+            except ValueError as e:
+                raise SpecError(f"{path}: conditions[{cond}].{e}") from None
         used.add(f"{kind}:{name}")
     unused = sorted(set(spec.args) - used)
     if unused:
@@ -209,7 +214,7 @@ def module(package: str, name: str):
 def condition_rows(spec: BenchmarkSpec) -> list[dict]:
     """The spec's conditions as rows of the warehouse table ``bench_conditions``."""
     return [{"benchmark": spec.name, "condition": c.name, "position": i, "prompt": c.prompt,
-             "user_policy": c.user, "script_group": c.script.group if c.script else None,
+             "user_policy": c.user, "script_group": spec.user(c).group(c),
              "max_turns": c.max_turns} for i, c in enumerate(spec.conditions)]
 
 

@@ -1,5 +1,5 @@
-"""The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``, with
-the scripted user's ``ScriptSpec``) and its views (``ViewsSpec``). Validated strictly; a component
+"""The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``) and
+its views (``ViewsSpec``). Validated strictly; a component
 reference is a name or ``{name: ..., args: {...}}``. Reading a spec file, finding its
 components and checking their arguments is tasks/bench.py's ``load_spec``.
 """
@@ -28,26 +28,6 @@ class SpecError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ScriptSpec(_Strict):
-    """Scripts (CarryOnBench's move sequences) for the ``scripted`` user: per conversation
-    length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
-
-    group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
-    # In CarryOnBench the lengths and counts are the config's `scripts:`
-    # section, so a carryon spec must leave these two unset.
-    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
-    per_length: int = Field(1, ge=1, le=100)
-    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
-
-    @field_validator("lengths")
-    @classmethod
-    def _lengths(cls, v):
-        bad = [n for n in v if n not in (4, 6, 8, 10, 12)]
-        if bad:
-            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
-        return v
 
 
 def _split_ref(value, field: str):
@@ -83,7 +63,9 @@ class ConditionSpec(_Strict):
     user: str = "single_turn"  # a registered user policy (tasks/users/<name>.py built in)
     user_args: dict = Field(default_factory=dict)  # its arguments (`user: {name, args}`)
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
-    script: ScriptSpec | None = None  # the scripted user's scripts
+    # The condition's script, for a user policy that plays one (the scripted user's move
+    # sequences: its own model, tasks/users/scripted.py, checks it when the spec loads).
+    script: dict | None = None
     description: str = ""
 
     @model_validator(mode="before")

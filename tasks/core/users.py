@@ -16,6 +16,9 @@ A user policy is a ``UserPolicy`` (below) registered with ``@user_policy(name, .
   (none by default);
 - ``check_item(item, condition)``: what it needs of an item (``ItemError`` naming the field),
   checked by ``carryon plan`` and pre-flight before anything is played;
+- ``check_condition(condition)`` and ``group(condition)``: what it needs of a condition (its
+  ``script:``, for the scripted user), checked when the spec loads, and the part the
+  condition plays;
 - ``continues_after_block``: whether the user answers a turn the provider blocked.
 
 The engine calls ``next`` only after a target turn and only while the condition's turn cap
@@ -106,6 +109,18 @@ class UserPolicy(ABC):
         return []
 
     def check_item(self, item: Item, condition: ConditionSpec) -> None:
+        return None
+
+    def check_condition(self, condition: ConditionSpec) -> None:
+        """What it needs of a condition (ValueError naming the field; the spec loader adds the
+        file and the condition). A policy that plays no script refuses one."""
+        if condition.script is not None:
+            raise ValueError(f"script: the user policy {self.name or type(self).__name__} "
+                             "plays no script")
+
+    def group(self, condition: ConditionSpec) -> str | None:
+        """The part the condition's episodes play among the spec's (stored as
+        ``bench_conditions.script_group``: the scripted user's script group); None here."""
         return None
 
 

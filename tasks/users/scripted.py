@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import prompts
 from tasks.core.items import ItemError
@@ -66,6 +66,40 @@ class ScriptCounts(_Strict):
         return v
 
 
+class Script(BaseModel):
+    """A condition's ``script:`` (the spec's): per conversation length, ``per_length`` move
+    sequences of the group, drawn as CarryOnBench draws them. A script that leaves
+    ``lengths`` and ``per_length`` unset takes them from the config's ``scripts:`` section
+    (both groups drawn together, as CarryOnBench draws them)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    group: Literal["BC", "NC"]  # with benign clarification, or without
+    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
+    per_length: int = Field(1, ge=1, le=100)
+    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        bad = [n for n in v if n not in DEFAULT_LENGTHS]
+        if bad:
+            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+        return v
+
+
+def script_of(condition) -> Script | None:
+    """The condition's script as the scripted user reads it (ValueError naming the field)."""
+    if condition.script is None:
+        return None
+    try:
+        return Script.model_validate(condition.script)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(["script", *(str(p) for p in first["loc"])])
+        raise ValueError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
 class ScriptedArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,8 +118,22 @@ class Scripted(UserPolicy):
         # Read by the engine's play loop after a blocked target turn.
         self.continues_after_block = (args or ScriptedArgs()).after_block == "continue"
 
+    def check_condition(self, condition) -> None:
+        if script_of(condition) is None:
+            raise ValueError("script: the scripted user plays a script ({group: BC or NC, "
+                             "...}) and this condition gives none")
+
+    def group(self, condition) -> str | None:
+        s = script_of(condition)
+        return s.group if s else None
+
+    def intent_key(self, condition) -> str:
+        """The key of item.hidden its benign-clarification moves state."""
+        s = script_of(condition)
+        return s.intent if s else "intent"
+
     def plans(self, item, condition, seed: int, scripts=None) -> list[tuple[str, ...]]:
-        s = condition.script
+        s = script_of(condition)
         if s is None:
             raise ValueError(f"condition {condition.name}: the scripted user needs a script")
         if scripts is not None and not s.model_fields_set & {"lengths", "per_length"}:
@@ -117,7 +165,7 @@ class Scripted(UserPolicy):
         """The user turn for ``move``, checked and resampled (see the module docstring); an
         error only when the first sample failed."""
         mc = env.move_check
-        intent = state.item.hidden.get(self._intent_key(state.condition))
+        intent = state.item.hidden.get(self.intent_key(state.condition))
         kept, checks, seen = None, [], set()
         for attempt in range(1 + mc.max_resamples):
             k = resample_key(key, attempt)
@@ -146,16 +194,11 @@ class Scripted(UserPolicy):
     def check_item(self, item, condition) -> None:
         """A condition whose scripts hold benign-clarification moves tells the item's intent:
         an item without one would fail every such episode (simulator_error)."""
-        s = condition.script
-        key = self._intent_key(condition)
-        if s is not None and s.group == "BC" and not item.hidden.get(key):
+        key = self.intent_key(condition)
+        if self.group(condition) == "BC" and not item.hidden.get(key):
             raise ItemError(f"hidden.{key}", f"condition {condition.name}: the scripted user's "
                             "benign-clarification moves state the item's intent, and this "
                             f"item has none (give the loader a field for hidden.{key})")
-
-    @staticmethod
-    def _intent_key(condition) -> str:
-        return condition.script.intent if condition.script else "intent"
 
     async def write(self, gateway, spec, item, condition, move: str, transcript: list[dict],
                     sample_key: str | None) -> UserTurn:
@@ -163,7 +206,7 @@ class Scripted(UserPolicy):
         given sample key."""
         ctx = {"history": cap_transcript(transcript), "move": move}  # a long turn is cut
         if get_move(move).knows_intent:  # only benign clarification is told the intent
-            key = self._intent_key(condition)
+            key = self.intent_key(condition)
             intent = item.hidden.get(key)
             if not intent:
                 return UserTurn(None, None, error=f"invalid_input: item {item.item_id} "
@@ -182,7 +225,7 @@ class Scripted(UserPolicy):
         return UserTurn(text, r.call_hash)
 
     def calls(self, condition) -> dict[str, int]:
-        s = condition.script
+        s = script_of(condition)
         if s is None:
             return {}
         n = max(moves_for(n) for n in s.lengths)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tasks.users.scripted import script_of
+
 ORACLE = "oracle"  # the item prompt the oracle prompt is stored under (the spec's oracle opens with it)
 NO_INTENT_YET = "no benign intent yet: run the intents stage"
 
 
 def intent_key(spec) -> str:
     """The key the scripted conditions tell the benign intent by (CarryOnBench's: intent)."""
-    return next((c.script.intent for c in spec.conditions if c.script), "intent")
+    return next((s.intent for c in spec.conditions if (s := script_of(c))), "intent")
 
 
 def prepared_items(ctx, items) -> tuple[list, dict[str, str]]:
