@@ -26,7 +26,8 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.core import registry
-from tasks.core.judges import Judge
+from tasks.core.judges import Judge, VerdictKeys
+from tasks.core.keys import SampleKeys
 from tasks.core.stages import Stage
 from tasks.core.targets import TargetPolicy
 from tasks.core.users import UserPolicy
@@ -151,7 +152,8 @@ def _engine_stages(raw: dict, path: Path) -> dict:
 
 # What a built component of each kind is: the ground floor's base classes (a loader, a stop
 # rule and a report section are callables).
-PROTOCOLS = {"user": UserPolicy, "target": TargetPolicy, "judge": Judge, "stage": Stage}
+PROTOCOLS = {"user": UserPolicy, "target": TargetPolicy, "judge": Judge, "stage": Stage,
+             "sample_keys": SampleKeys, "verdict_keys": VerdictKeys}
 
 
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:
@@ -166,6 +168,10 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     names += [("stop", None, t, None, f"stops[{t}]") for t in spec.stops]
     names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
     names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]
+    if spec.sample_keys is not None:
+        names.append(("sample_keys", None, spec.sample_keys, None, "sample_keys"))
+    if spec.verdict_keys != "verdict_sets":
+        names.append(("verdict_keys", None, spec.verdict_keys, None, "verdict_keys"))
     used = set()
     for kind, cond, name, cond_args, field in names:
         try:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -219,6 +220,23 @@ class Judge:
                 out.append(Measure(head.measure, None, None, f"no majority among {len(votes)} "
                                    f"judges ({len(scored)} scored)", head.unit))
         return out
+
+
+class VerdictKeys(ABC):
+    """How the verdicts stage names a judge's set and keys a sampled judge's calls. The
+    engine's own recipe (tasks/engine/verdicts.py) unless the spec names another
+    (``verdict_keys: <name>``, registered with ``@verdict_keys(name)`` beside the benchmark
+    whose older homes need it: CarryOnBench's ``judgment_sets``). Set ids and sample keys are
+    stored and cached, so a recipe never changes once homes hold its ids."""
+
+    @abstractmethod
+    def set_id(self, judge: "Judge", models: list, items_version: str | None) -> tuple[str, str]:
+        """(set id, prompt version) of the judge with its models, over the run's items (the
+        hash of their versions; None when it reads none)."""
+
+    @abstractmethod
+    def sample_key(self, model, messages: list[dict]) -> str | None:
+        """A sampled judge's key for a request (None at temperature 0)."""
 
 
 def prompt_version_of(judge) -> str:

@@ -51,9 +51,15 @@ PACKAGES = {
     "loader": "tasks.datasets",
     "stop": None,
     "section": "tasks.report.sections",
+    # Key recipes: how play keys its sampled calls and names its episodes, how judging names
+    # its sets (tasks/core/keys.py, tasks/core/judges.py); the engine's own when a spec names
+    # none, so every one so far is a benchmark's (CarryOnBench's).
+    "sample_keys": None,
+    "verdict_keys": None,
 }
 KIND_WORDS = {"stage": "stage", "user": "user policy", "target": "target policy", "judge": "judge",
-              "loader": "dataset loader", "stop": "stop rule", "section": "report section"}
+              "loader": "dataset loader", "stop": "stop rule", "section": "report section",
+              "sample_keys": "sample-key recipe", "verdict_keys": "verdict-key recipe"}
 
 
 class ComponentError(Exception):
@@ -179,6 +185,8 @@ judge = partial(register, "judge")
 loader = partial(register, "loader")
 stop_rule = partial(register, "stop")
 section = partial(register, "section")
+sample_keys = partial(register, "sample_keys")
+verdict_keys = partial(register, "verdict_keys")
 
 
 def lookup(kind: str, name: str) -> Component:

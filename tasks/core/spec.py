@@ -7,7 +7,6 @@ components and checking their arguments is tasks/bench.py's ``load_spec``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
                       model_validator)
@@ -101,16 +100,6 @@ class ViewsSpec(_Strict):
             self.migrate if isinstance(self.migrate, list) else [self.migrate])
 
 
-class SampleKeysSpec(_Strict):
-    """How the play loop keys its sampled calls and names its episodes (tasks/core/keys.py).
-    ``prefix``: by (target, item, the script's moves so far), the condition named ``oracle``
-    (one turn, no script) keyed as the oracle; the config's ``scripts.share_prefix`` says
-    whether episodes through a common prefix share its samples. Unset: by transcript."""
-
-    by: Literal["prefix"]
-    oracle: str
-
-
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
@@ -134,13 +123,15 @@ class BenchmarkSpec(_Strict):
     judges: list[str] = Field(default_factory=list)  # registered judges
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
-    sample_keys: SampleKeysSpec | None = None  # unset: sampled calls keyed by transcript
+    # A registered sample-key recipe (tasks/core/keys.py): ``{by: <recipe>, <its args>...}``
+    # or ``{name: ..., args: {...}}``; unset: sampled calls keyed by transcript.
+    sample_keys: str | None = None
     # Older names of its stages that `--stages` still accepts (old name -> stage).
     renamed_stages: dict[str, str] = Field(default_factory=dict)
     # How the verdicts stage names its sets and keys a sampled judge's calls
-    # (tasks/engine/verdicts.py): the engine's recipe, or the one CarryOnBench's judgment sets
-    # have used since its first release (its older homes rerun with 0 requests).
-    verdict_keys: Literal["verdict_sets", "judgment_sets"] = "verdict_sets"
+    # (tasks/engine/verdicts.py): the engine's recipe, or a registered one a benchmark's older
+    # homes need (CarryOnBench's judgment_sets).
+    verdict_keys: str = "verdict_sets"
     # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
     args: dict[str, dict] = Field(default_factory=dict)
     source_path: str | None = Field(None, exclude=True)
@@ -171,6 +162,15 @@ class BenchmarkSpec(_Strict):
             names, a = _split_refs(data[field], field)
             data[field] = names[0] if field == "loader" else names
             args.update({f"{kind}:{n}": v for n, v in a.items()})
+        keys = data.get("sample_keys")
+        if isinstance(keys, dict) and "by" in keys:  # {by: recipe, its args...}
+            rest = {k: v for k, v in keys.items() if k != "by"}
+            keys = {"name": keys["by"], "args": rest} if rest else keys["by"]
+        if keys is not None:
+            name, a = _split_ref(keys, "sample_keys")
+            data["sample_keys"] = name
+            if a:
+                args[f"sample_keys:{name}"] = a
         if args:
             data["args"] = {**args, **(data.get("args") or {})}
         return data
@@ -225,22 +225,9 @@ class BenchmarkSpec(_Strict):
             if check is not None:
                 check(self)
         if self.sample_keys is not None:
-            self._check_prefix_keys()
-
-    def _check_prefix_keys(self) -> None:
-        # Prefix keys name an episode by its script (the oracle's by "oracle"): every other
-        # condition needs a script, or two unscripted conditions would share their ids.
-        oracle = self.sample_keys.oracle
-        if oracle not in self.condition_names:
-            raise ValueError(f"sample_keys.oracle: no condition {oracle!r}")
-        c = self.condition(oracle)
-        if c.script is not None or c.max_turns != 1:
-            raise ValueError(f"sample_keys.oracle: condition {oracle} must be one turn without "
-                             "a script")
-        bare = [c.name for c in self.conditions if c.name != oracle and c.script is None]
-        if bare:
-            raise ValueError(f"sample_keys: prefix keys need a script on every condition but "
-                             f"the oracle ({bare[0]} has none)")
+            self.component("sample_keys", self.sample_keys).check(self)
+        if self.verdict_keys != "verdict_sets":
+            self.component("verdict_keys", self.verdict_keys)
 
     def play_stage(self):
         """The stage that plays the episodes."""

@@ -72,7 +72,7 @@ class JudgeKind:
         return self.schema
 
     def sample_key(self, spec: ModelSpec, messages: list[dict]) -> str | None:
-        return judgment_sample_key(spec, messages)
+        return verdict_sample_key(spec, messages)
 
     async def ask(self, gw, spec: ModelSpec, messages: list[dict], schema: type):
         return await gw.chat(spec, self.role, messages, schema=schema,
@@ -131,13 +131,6 @@ async def run_calls(gw, kinds: list[JudgeKind]) -> None:
         kind.results, off = list(results[off:off + kind.n_calls]), off + kind.n_calls
     for kind in kinds:
         kind.settle(await kind.revise(gw, kind.first_answers()))
-
-
-def judgment_sample_key(spec: ModelSpec, messages: list[dict]) -> str | None:
-    """A sampled judge's key under the judgment-set recipe (tasks/engine/verdicts.py). At
-    temperature 0 the request alone determines the answer; a sampled judge gets a key derived
-    from the request's last message, so reruns replay the same sample."""
-    return None if not spec.temperature else "judge:" + text_hash(messages[-1]["content"])[:16]
 
 
 def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:

@@ -444,7 +444,8 @@ def test_carryon_spec_conditions_are_checked(tmp_path):
     spec = load_spec(str(f))
     names = carryon_conditions(spec)
     assert (names.bc, names.nc, names.oracle) == ("B", "N", "oracle")
-    assert (spec.loader, spec.sample_keys.oracle) == ("carryon", "oracle")
+    assert (spec.loader, spec.sample_keys, spec.component("sample_keys", "prefix").oracle) == (
+        "carryon", "prefix", "oracle")
     f = tmp_path / "c2.yaml"
     f.write_text(base + bc)  # no NC condition
     with pytest.raises(SpecError, match=r"c2.yaml: .*one scripted condition per group BC and NC"):

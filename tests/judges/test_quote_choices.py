@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tasks.config import Config, load_config
-from tasks.engine.verdicts import judgment_set_id
+from tasks.benchmarks.carryon.keys import judgment_set_id
 from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )

@@ -19,7 +19,7 @@ from tasks.engine.run import RunContext
 from tasks.benchmarks.carryon.simulate_plan import _query_calls, plan_calls, scripts_for
 from tasks.engine.episode import BLOCKED_CONTENT, plan_episodes, play_batch, run_seats
 from tasks.core.items import Item
-from tasks.core.keys import conversation_id
+from tasks.benchmarks.carryon.keys import conversation_id
 from tasks.core.users import clean_user_turn
 from warehouse import Warehouse
 
