@@ -16,6 +16,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.core.items import prepare_items, run_items
+from tasks.core.stages import Pending
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
 from tasks.engine.stage import run_batches
@@ -54,9 +55,10 @@ async def checklists_flow(run_id: str) -> dict:
         stats["items_given_a_checklist"] = len(items) - len(work)
     if left:  # items an earlier prepare stage left out, counted by reason
         stats["items_not_prepared"] = dict(Counter(left.values()).most_common())
-        if not items:  # nothing reached the stage: it did none of its work
+        pending = [r for r in left.values() if isinstance(r, Pending)]
+        if not items and pending:  # a stage before this one has not run: nothing to build
             raise StageFailed("checklists", f"none of the {len(left)} items reached the stage: "
-                              f"{causes(list(left.values()))}", stats)
+                              f"{causes(pending)}", stats)
     # Every item dropped by call errors, or some left unbuilt because a call got no answer:
     # the stage fails (what it built is written; a rerun builds the rest).
     failure = checklists_failure(ctx.warehouse, summaries) or checklists_unbuilt(summaries)

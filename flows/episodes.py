@@ -17,6 +17,7 @@ from tasks.core.items import prepare_items, run_items, store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
+from tasks.core.stages import Pending
 from tasks.engine.stage_errors import StageFailed, all_failed, causes, every
 
 BATCH_EPISODES = 64
@@ -62,9 +63,10 @@ async def episodes_flow(run_id: str) -> dict:
                "conditions_skipped": skipped}
     if left_out:  # items a prepare stage did not prepare, counted by reason
         summary["items_not_prepared"] = dict(Counter(left_out.values()).most_common())
-        if not items:  # nothing to play: the stage did none of its work
+        pending = [r for r in left_out.values() if isinstance(r, Pending)]
+        if not items and pending:  # a stage before this one has not run: nothing to play
             raise StageFailed("episodes", f"none of the {len(left_out)} items was prepared: "
-                              f"{causes(list(left_out.values()))}", summary)
+                              f"{causes(pending)}", summary)
     failures = [f for r in results for f in r["failures"]]
     if failures:  # said again in the run's last lines (flows/cli/run.py)
         summary["failed"] = f"{len(failures)} of {len(work)} episodes: {causes(failures)}"

@@ -34,7 +34,7 @@ from tasks.core.users import UserPolicy
 from tasks.core.spec import (  # noqa: F401 (the spec's models, imported from here too)
     DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, SpecError, ViewsSpec,
 )
-from warehouse.store import on_init, on_legacy, on_views
+from warehouse.store import on_init, on_legacy, on_tables, on_views
 
 # Inside the tasks package (package data), so an installed copy carries the built-in specs:
 # one folder per benchmark, its spec.yaml beside its views and its own components.
@@ -241,6 +241,15 @@ def seed_conditions(con) -> None:
                         f"({', '.join('?' * len(cols))})", [[r[c] for c in cols] for r in rows])
 
 
+def component_tables() -> list[Path]:
+    """The schema files of the tables the components bring (the checklists stage's,
+    CarryOnBench's, a loaded spec's own): the built-in benchmarks' always, so every
+    warehouse holds the tables their views read."""
+    load_builtins()
+    return [path for _, path in registry.table_sources()]
+
+
+on_tables(component_tables)
 on_init(seed_conditions)
 
 

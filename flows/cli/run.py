@@ -102,10 +102,20 @@ def run(config: str = ConfigOpt,
 
 
 def _say_failed_episodes(summary: dict) -> None:
-    """The run's last lines say how many episodes failed and why (the play stage's
+    """The run's last lines say how many items were not played (a prepare stage left them
+    out) and how many episodes failed, and why (the play stage's ``items_not_prepared`` and
     ``failed``): left out of every metric, they must not pass for a clean run."""
     for stage, info in summary.get("stages", {}).items():
-        if isinstance(info, dict) and info.get("failed"):
+        if not isinstance(info, dict):
+            continue
+        left = info.get("items_not_prepared") or {}
+        if left:
+            n = sum(left.values())
+            top, k = next(iter(left.items()))
+            more = f"; and {len(left) - 1} other reason(s)" if len(left) > 1 else ""
+            typer.echo(f"warning: {stage}: {n} of {n + info.get('items', 0)} items were not "
+                       f"played: {top} ({k} time{'s' if k != 1 else ''}){more}", err=True)
+        if info.get("failed"):
             typer.echo(f"warning: {stage}: {info['failed']}; failed episodes are left out of "
                        "every metric (the report's Episodes table counts them)", err=True)
 

@@ -145,6 +145,23 @@ def config_settings() -> list[Settings]:
     return list(_SETTINGS)
 
 
+_TABLES: list[tuple[str, Path]] = []
+
+
+def tables(models: str, schema: Path) -> None:
+    """A component's own warehouse tables (the checklists stage's, a benchmark's): the module
+    of their SQLModel classes and the schema file rendered from it (warehouse/schema_file.py),
+    which every warehouse creates beside the shared tables (tasks/bench.py hands them over)."""
+    entry = (models, Path(schema))
+    if entry not in _TABLES:
+        _TABLES.append(entry)
+
+
+def table_sources() -> list[tuple[str, Path]]:
+    """(models module, schema file) of every component's own tables registered so far."""
+    return list(_TABLES)
+
+
 def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
              roles: tuple = (), **meta) -> Callable:
     """The decorator behind ``user_policy``, ``judge``, ...: registers what it decorates

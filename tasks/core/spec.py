@@ -126,8 +126,10 @@ class BenchmarkSpec(_Strict):
     # A registered sample-key recipe (tasks/core/keys.py): ``{by: <recipe>, <its args>...}``
     # or ``{name: ..., args: {...}}``; unset: sampled calls keyed by transcript.
     sample_keys: str | None = None
-    # Older names of its stages that `--stages` still accepts (old name -> stage).
-    renamed_stages: dict[str, str] = Field(default_factory=dict)
+    # Older names of its stages that `--stages` still accepts (old name -> stage, or the
+    # stages it selected when one stage became several: a name that is still a stage may
+    # then map to itself and the stages split off it).
+    renamed_stages: dict[str, str | list[str]] = Field(default_factory=dict)
     # How the verdicts stage names its sets and keys a sampled judge's calls
     # (tasks/engine/verdicts.py): the engine's recipe, or a registered one a benchmark's older
     # homes need (CarryOnBench's judgment_sets).
@@ -214,10 +216,13 @@ class BenchmarkSpec(_Strict):
         for o in objs:
             o.check(self)
         for old, new in self.renamed_stages.items():
-            if new not in self.stages or old in self.stages:
-                raise ValueError(f"renamed_stages: {old}: {new!r} is not one of the stages "
-                                 f"{self.stages}" if new not in self.stages
-                                 else f"renamed_stages: {old} is a stage's name still")
+            news = [new] if isinstance(new, str) else list(new)
+            bad = [n for n in news if n not in self.stages]
+            if bad or not news:
+                raise ValueError(f"renamed_stages: {old}: {bad[0] if bad else news!r} is not one "
+                                 f"of the stages {self.stages}")
+            if old in self.stages and old not in news:
+                raise ValueError(f"renamed_stages: {old} is a stage's name still")
         # A report section that reads what only some specs give (CarryOnBench's paper layout:
         # its three conditions, a Ben-Util and a safety set) checks the spec too.
         for name in self.report:

@@ -43,6 +43,13 @@ from tasks.core import registry
 PHASES = ("prepare", "play", "judge", "report")
 
 
+class Pending(str):
+    """Why a prepare stage left an item out when it is because the stage has not prepared it
+    yet (it has not run for the item: "no checklist yet: run the checklists stage"), not a
+    decision it made (a guard that kept no answer). A play stage that gets no item, only
+    pending ones, did none of its work: it fails rather than play nothing."""
+
+
 class Stage:
     """The defaults of a stage: no tables, no roles, nothing asked of the spec."""
 

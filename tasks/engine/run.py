@@ -90,7 +90,11 @@ def parse_stages(stages: str | list[str] | None, known: list[str],
     if stages in (None, "", "all"):
         return known
     names = [s.strip() for s in (stages.split(",") if isinstance(stages, str) else stages) if s.strip()]
-    names = [(renamed or {}).get(s, s) for s in names]
+    expanded = []
+    for s in names:
+        new = (renamed or {}).get(s, s)
+        expanded += [new] if isinstance(new, str) else list(new)
+    names = expanded
     unknown = [s for s in names if s not in known]
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown}; choose from {', '.join(known)}")

@@ -105,6 +105,9 @@ def test_old_stage_names_select_what_they_selected():
     spec = load_spec("carryon")
     assert parse_stages("simulate", spec.stages, spec.renamed_stages) == ["episodes"]
     assert parse_stages("judge", spec.stages, spec.renamed_stages) == ["verdicts"]
+    # The checklists stage built the intents too before they became a stage of their own.
+    assert parse_stages("checklists", spec.stages, spec.renamed_stages) == [
+        "intents", "checklists"]
     assert parse_stages("simulate,judge,report", spec.stages, spec.renamed_stages) == [
         "episodes", "verdicts", "report"]
 
@@ -129,16 +132,30 @@ def test_a_run_with_failed_episodes_says_so_in_its_last_lines(prefect_harness, l
 
 
 @pytest.mark.e2e
-def test_a_run_in_which_no_item_gets_a_checklist_fails_in_one_line(prefect_harness, llm_server,
-                                                                    tmp_path):
-    # Every ensemble answer is a refusal: no item keeps a checklist (a content decision, so
-    # the checklists stage completes), and the episodes stage has nothing to play: it fails.
+def test_a_run_in_which_no_item_gets_a_checklist_says_so(prefect_harness, llm_server, tmp_path):
+    # Every ensemble answer is a refusal: no item keeps a checklist, a content decision (the
+    # stages complete), and the run's last lines say that nothing was played and why.
     llm_server.scripts["wildguard"] = lambda body: json.dumps(
         {"harmful_request": False, "response_refusal": True, "harmful_response": False})
     folder = example(tmp_path, "checklists", [{k: v for k, v in r.items() if k != "checklist"}
                                               for r in ROWS], llm_server.api_base)
     code, out = invoke("run", "--config", folder / "config.yaml")
+    warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert code == 0 and warnings == [
+        "warning: episodes: 2 of 2 items were not played: no checklist: guard: 0 harmless "
+        "answer(s) < min_harmless 3 (3 of 3 dropped by the guard: 3 refusal) (2 times)"], out
+
+
+@pytest.mark.e2e
+def test_playing_before_any_checklist_is_built_fails_in_one_line(prefect_harness, llm_server,
+                                                                 tmp_path):
+    # The checklists stage has not run for these items (the issue's run built CarryOnBench's
+    # queries' instead, then played nothing and exited 0): the play stage did none of its work.
+    folder = example(tmp_path, "checklists", [{k: v for k, v in r.items() if k != "checklist"}
+                                              for r in ROWS], llm_server.api_base)
+    code, out = invoke("run", "--config", folder / "config.yaml", "--stages", "episodes")
     errors = [line for line in out.splitlines() if line.startswith("error: ")]
     assert code == 2 and errors == [
-        "error: episodes: none of the 2 items was prepared: no checklist: guard: 0 harmless "
-        "answer(s) < min_harmless 3 (3 of 3 dropped by the guard: 3 refusal) (2 times)"], out
+        "error: episodes: none of the 2 items was prepared: no checklist yet: run the "
+        "checklists stage (2 times)"], out
+    assert llm_server.counts.get("total", 0) == 0

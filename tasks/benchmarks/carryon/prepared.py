@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tasks.core.stages import Pending
 from tasks.users.scripted import script_of
 
 ORACLE = "oracle"  # the item prompt the oracle prompt is stored under (the spec's oracle opens with it)
-NO_INTENT_YET = "no benign intent yet: run the intents stage"
+NO_INTENT_YET = Pending("no benign intent yet: run the intents stage")
 
 
 def intent_key(spec) -> str:

@@ -23,21 +23,27 @@ counts the items it builds for (``plan``), and its Prefect subflow is flows/chec
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 import prompts
 from tasks.core.items import ItemError
+from tasks.core import registry
 from tasks.core.registry import settings, stage
-from tasks.core.stages import Stage, declared_roles
+from tasks.core.stages import Pending, Stage, declared_roles
 from tasks.model_entry import _Strict
 from tasks.stages.checklists.roles import ROLES
 
 # The question count a checklist is assumed to have for the plan before any is stored: the
 # mean of the source paper's checklists (7 to 23 questions, 18 on average).
 MEAN_QUESTIONS = 18
-NOT_BUILT_YET = "no checklist yet: run the checklists stage"
+NOT_BUILT_YET = Pending("no checklist yet: run the checklists stage")
 REQUEST_TEMPLATE = "checklists/request.j2"
+
+
+# Its tables (tables.py, rendered in schema.json beside it), in every warehouse.
+registry.tables("tasks.stages.checklists.tables", Path(__file__).with_name("schema.json"))
 
 
 @settings("checklists", first_release=True)

@@ -352,15 +352,10 @@ def test_roles_that_cannot_work_fail_before_writing(write_config, llm_server):
 @pytest.mark.e2e
 def test_checklists_flow_and_rerun(prefect_harness, write_config, llm_server):
     from flows.carryon import carryon
-    from tasks.engine.stage_errors import StageFailed
 
     path = write_config()
-    # The checklists stage alone, before any intent: nothing reached it, and it says why.
-    with pytest.raises(StageFailed, match=r"checklists: none of the 2 items reached the stage: "
-                                          r"no benign intent yet: run the intents stage \(2 times\)"):
-        asyncio.run(carryon(config=str(path), stages="checklists"))
-    assert llm_server.counts.get("total", 0) == 0
-    summary = asyncio.run(carryon(config=str(path), stages="intents,checklists"))
+    # `--stages checklists` selects the intents too, as before they were a stage of their own.
+    summary = asyncio.run(carryon(config=str(path), stages="checklists"))
     assert summary["stages"]["intents"] == {"queries": 2, "intents": 2,
                                             "basis": {"context": 2}, "failed": 0}
     st = summary["stages"]["checklists"]
