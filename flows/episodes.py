@@ -12,8 +12,8 @@ from collections import Counter
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
-from tasks.core.items import prepare_items, run_items, store_items, stored_items
+from tasks.engine.episode import merge_counts, play_batch, run_seats, run_work
+from tasks.core.items import store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
@@ -22,16 +22,6 @@ from tasks.engine.stage_errors import StageFailed, all_failed, causes, every
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
-
-
-def run_work(ctx) -> tuple[list, list, dict, dict]:
-    """The run's items as its prepare stages left them, its episodes (item, condition,
-    target, script), the skipped conditions and the items a prepare stage left out (with
-    why)."""
-    items, left_out = prepare_items(ctx, run_items(ctx))
-    cfg = ctx.config
-    work, skipped = plan_episodes(cfg.spec, items, run_seats(cfg), cfg.seed, cfg.scripts)
-    return items, work, skipped, left_out
 
 
 def episode_keys(batch: list) -> list[list]:

@@ -29,7 +29,7 @@ A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
 - ``agreement`` (optional): derived labels the panel's agreement is also computed on
   (safety: ``harmful`` = score >= 4).
 
-In a batch, a judge runs as a ``SpecKind`` (tasks/engine/judge_calls.py, the verdicts
+In a batch, a judge runs as a ``BatchJudge`` (tasks/engine/judge_calls.py, the verdicts
 loop's calls), so every judge's calls go through the same loop: each distinct request is
 sent once, a failed call is recorded as unscored rows (value NULL, reason
 ``<error_kind>: <message>``), never as a zero. The engine (tasks/engine/verdicts.py) stores

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec
-from tasks.core.items import Item
+from tasks.core.items import Item, prepare_items, run_items
 from tasks.core.keys import SharedCalls, keys_of
 from tasks.core.targets import Seat, seats
 from tasks.core.users import (
@@ -53,6 +53,16 @@ def episode_key(keys, benchmark: str, target: str, item_id: str, condition: str,
     if keys is not None:
         return keys.episode_id(target, item_id, condition, plan)
     return episode_id(benchmark, target, item_id, condition, plan)
+
+
+def run_work(ctx) -> tuple[list, list, dict, dict]:
+    """The run's items as its prepare stages left them, its episodes (item, condition,
+    target, script), the skipped conditions and the items a prepare stage left out (with
+    why): what the episodes stage plays and the verdicts stage judges."""
+    items, left_out = prepare_items(ctx, run_items(ctx))
+    cfg = ctx.config
+    work, skipped = plan_episodes(cfg.spec, items, run_seats(cfg), cfg.seed, cfg.scripts)
+    return items, work, skipped, left_out
 
 
 def plans_for(user, item: Item, condition: ConditionSpec, seed: int,

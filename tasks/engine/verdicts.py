@@ -36,7 +36,9 @@ from tasks.core.judges import (
     TurnView, VerdictKeys, prompt_version_of, set_hash, verdict_sample_key,
 )
 from tasks.core.votes import pairwise_agreement
-from tasks.engine.judge_calls import SpecKind, keep_first, run_calls
+from tasks.core.keys import keys_of
+from tasks.engine.episode import episode_key, run_work, stored_episode_ids
+from tasks.engine.judge_calls import BatchJudge, keep_first, run_calls
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:
@@ -157,11 +159,24 @@ def verdict_set_id(judge, model) -> str:
     return JudgeSet(judge, model, VerdictSets(), []).set_id
 
 
-def batch_kinds(ctx, judges: list, set_ids: list[str]) -> list[SpecKind]:
+def batch_kinds(ctx, judges: list, set_ids: list[str]) -> list[BatchJudge]:
     """The run's judges for one batch, under the set ids the flow made (they hash the whole
     run's item versions, which a batch does not see)."""
     key = recipe_of(ctx.config.spec).sample_key
-    return [SpecKind(j, _models(m), sid, key) for (j, m), sid in zip(judges, set_ids)]
+    return [BatchJudge(j, _models(m), sid, key) for (j, m), sid in zip(judges, set_ids)]
+
+
+def judged_episodes(ctx) -> tuple[list[tuple[str, str]], list]:
+    """The run's episodes that are stored (played by this or an earlier run), as (episode id,
+    item id) in work order, and the run's items as its prepare stages left them: what the
+    verdicts stage judges."""
+    spec = ctx.config.spec
+    items, work, _, _ = run_work(ctx)
+    keys = keys_of(spec, ctx.config)
+    ids = [(episode_key(keys, spec.name, t.name, item.item_id, c.name, plan), item.item_id)
+           for item, c, t, plan in work]
+    stored = stored_episode_ids(ctx.warehouse, [i for i, _ in ids])
+    return [(e, i) for e, i in ids if e in stored], items
 
 
 def load_turn_views(ctx, episode_ids: list[str]) -> tuple[list[TurnView], dict[str, str]]:

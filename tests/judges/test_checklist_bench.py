@@ -234,7 +234,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
     from tasks.core.items import Item
     from tasks.gateway.result import CallResult
     from tasks.core.judges import TurnView
-    from tasks.engine.judge_calls import SpecKind
+    from tasks.engine.judge_calls import BatchJudge
     from tasks.judges.benutil import BenUtilJudge
     from tasks.engine.judge_calls import run_calls
     from tests.support.factories import FakeGateway, model_spec
@@ -257,7 +257,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
         return json.dumps({"evidence": "It says X plainly", "fulfilled": True})
 
     judge = BenUtilJudge()
-    kind = SpecKind(judge, [model_spec("j")], "set")
+    kind = BatchJudge(judge, [model_spec("j")], "set")
     turns = [turn(1, "It says X plainly."), turn(3, "", blocked=True)]
     keys = [kind.add(kind.requests(t)) for t in turns]
     gw = FakeGateway(answer)

@@ -331,7 +331,7 @@ def test_verdicts_flow_end_to_end(make_ctx, llm_server, write_config, prefect_ha
 
     llm_server.scripts["benutil_judge"] = keyword_judge
     # The seeded conversations are not the run's planned episodes: the flow judges them.
-    monkeypatch.setattr(fv, "run_episodes", lambda ctx: (
+    monkeypatch.setattr(fv, "judged_episodes", lambda ctx: (
         [(c, Q) for c in ("c1", "c2", "c3", "c4")], _items(ctx)))
     path = write_config()
     ctx = open_run(str(path), stages="verdicts")
