@@ -56,10 +56,14 @@ PACKAGES = {
     # none, so every one so far is a benchmark's (CarryOnBench's).
     "sample_keys": None,
     "verdict_keys": None,
+    # Kinds of human validation (``carryon validate --kind``): Ben-Util's and safety's over
+    # any benchmark's verdicts built in; a benchmark's own study beside its spec.
+    "validation": "tasks.validation.kinds",
 }
 KIND_WORDS = {"stage": "stage", "user": "user policy", "target": "target policy", "judge": "judge",
               "loader": "dataset loader", "stop": "stop rule", "section": "report section",
-              "sample_keys": "sample-key recipe", "verdict_keys": "verdict-key recipe"}
+              "sample_keys": "sample-key recipe", "verdict_keys": "verdict-key recipe",
+              "validation": "validation kind"}
 
 
 class ComponentError(Exception):
@@ -204,6 +208,7 @@ stop_rule = partial(register, "stop")
 section = partial(register, "section")
 sample_keys = partial(register, "sample_keys")
 verdict_keys = partial(register, "verdict_keys")
+validation_kind = partial(register, "validation")
 
 
 def lookup(kind: str, name: str) -> Component:
