@@ -159,3 +159,9 @@ def test_playing_before_any_checklist_is_built_fails_in_one_line(prefect_harness
         "error: episodes: none of the 2 items was prepared: no checklist yet: run the "
         "checklists stage (2 times)"], out
     assert llm_server.counts.get("total", 0) == 0
+
+
+def test_report_help_says_every_benchmark_gets_its_page():
+    out = runner.invoke(app, ["report", "--help"], catch_exceptions=False).output
+    assert "report.md and report.html" in " ".join(out.split())
+    assert "CarryOnBench: also report.html" not in " ".join(out.split())
