@@ -10,17 +10,14 @@ pickled inputs and could not see template changes.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.core.items import prepare_items, run_items
-from tasks.core.stages import Pending
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
 from tasks.engine.stage import run_batches
-from tasks.engine.stage_errors import StageFailed, causes
+from tasks.engine.stage_errors import StageFailed, not_prepared
 from tasks.stages.checklists.build import build_batch
 from tasks.stages.checklists.failures import checklists_failure, checklists_unbuilt
 from tasks.stages.checklists.roles import resolve_roles
@@ -53,12 +50,7 @@ async def checklists_flow(run_id: str) -> dict:
     stats = stage_stats(summaries)
     if len(items) > len(work):
         stats["items_given_a_checklist"] = len(items) - len(work)
-    if left:  # items an earlier prepare stage left out, counted by reason
-        stats["items_not_prepared"] = dict(Counter(left.values()).most_common())
-        pending = [r for r in left.values() if isinstance(r, Pending)]
-        if not items and pending:  # a stage before this one has not run: nothing to build
-            raise StageFailed("checklists", f"none of the {len(left)} items reached the stage: "
-                              f"{causes(pending)}", stats)
+    not_prepared("checklists", left, len(items), stats, "reached the stage")
     # Every item dropped by call errors, or some left unbuilt because a call got no answer:
     # the stage fails (what it built is written; a rerun builds the rest).
     failure = checklists_failure(ctx.warehouse, summaries) or checklists_unbuilt(summaries)

@@ -7,8 +7,6 @@ the calls inside them. A stage whose every episode failed on a call error raises
 
 from __future__ import annotations
 
-from collections import Counter
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -17,8 +15,7 @@ from tasks.core.items import store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
-from tasks.core.stages import Pending
-from tasks.engine.stage_errors import StageFailed, all_failed, causes, every
+from tasks.engine.stage_errors import StageFailed, all_failed, causes, every, not_prepared
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
@@ -51,12 +48,7 @@ async def episodes_flow(run_id: str) -> dict:
         lambda part: episode_batch_task(run_id, episode_keys(part)), in_flight=BATCHES_IN_FLIGHT)
     summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}
-    if left_out:  # items a prepare stage did not prepare, counted by reason
-        summary["items_not_prepared"] = dict(Counter(left_out.values()).most_common())
-        pending = [r for r in left_out.values() if isinstance(r, Pending)]
-        if not items and pending:  # a stage before this one has not run: nothing to play
-            raise StageFailed("episodes", f"none of the {len(left_out)} items was prepared: "
-                              f"{causes(pending)}", summary)
+    not_prepared("episodes", left_out, len(items), summary, "was prepared")
     failures = [f for r in results for f in r["failures"]]
     if failures:  # said again in the run's last lines (flows/cli/run.py)
         summary["failed"] = f"{len(failures)} of {len(work)} episodes: {causes(failures)}"

@@ -20,7 +20,7 @@ from typing import get_args
 import yaml
 from pydantic import (
     AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model,
-    field_validator, model_validator,
+    model_validator,
 )
 
 from tasks.bench import SpecError, default_benchmark, load_builtins, load_spec

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr,
                       model_validator)
 
 from tasks.core import registry

@@ -45,6 +45,14 @@ from tasks.users.scripts import DEFAULT_LENGTHS, get_move, moves_for, sample_scr
 SIMULATOR = "user_simulator"
 
 
+def check_lengths(lengths: list[int]) -> list[int]:
+    """Conversation lengths are 4, 6, 8, 10 or 12 turns of both sides (1 to 5 moves)."""
+    bad = [n for n in lengths if n not in DEFAULT_LENGTHS]
+    if bad:
+        raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+    return lengths
+
+
 @settings("scripts", aliases=("flows",), stored_as="flows", first_release=True)
 class ScriptCounts(_Strict):
     """The config's ``scripts:`` section (read as ``flows:`` too, its stored name, so configs
@@ -58,10 +66,7 @@ class ScriptCounts(_Strict):
     @field_validator("lengths")
     @classmethod
     def _lengths(cls, v):
-        for n in v:
-            if n not in DEFAULT_LENGTHS:
-                raise ValueError(f"length {n} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
-        if len(set(v)) != len(v):
+        if len(set(check_lengths(v))) != len(v):
             raise ValueError("lengths repeat")
         return v
 
@@ -82,10 +87,7 @@ class Script(BaseModel):
     @field_validator("lengths")
     @classmethod
     def _lengths(cls, v):
-        bad = [n for n in v if n not in DEFAULT_LENGTHS]
-        if bad:
-            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
-        return v
+        return check_lengths(v)
 
 
 def script_of(condition) -> Script | None:
