@@ -90,9 +90,11 @@ class BenUtilArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checklist: str = "checklist"  # the key of item.hidden that holds the item's checklist
-    # The key of item.hidden that holds the checklist's version (unset: unversioned). Stored
-    # with each verdict; the judgment-set recipe hashes the run's versions into the set id.
-    version: str | None = None
+    # The key of item.hidden that holds the checklist's version (where the checklists stage
+    # leaves it; an item without one is unversioned, a checklist given in its file). Stored
+    # with each verdict, and the run's versions are hashed into the set id: a rebuilt
+    # checklist makes a new verdict set.
+    version: str | None = "checklist_version"
     # The key of item.prompts shown to the judge as the query (unset: the episode's opening
     # turn). CarryOnBench shows the bare query, also for the oracle's turns.
     query: str | None = None

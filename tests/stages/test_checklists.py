@@ -111,6 +111,15 @@ def test_run_builds_checklists_for_the_specs_items_and_the_user_states_their_int
     benutil = wh.query("SELECT e.item_id, count(*) AS n FROM verdicts v JOIN episodes e "
                        "USING (episode_id) WHERE v.kind = 'benutil' GROUP BY ALL")
     assert {r["item_id"]: r["n"] for r in benutil} == {i: 4 * n for i, n in n_questions.items()}
+    # Each verdict holds its checklist's version, and the set hashes them (Ben-Util reads the
+    # version where the stage leaves it): a rebuilt checklist makes a new set.
+    versions = {r["query_id"]: r["checklist_version"] for r in wh.query(
+        "SELECT query_id, checklist_version FROM checklists")}
+    assert {(r["item_id"], r["item_version"]) for r in wh.query(
+        "SELECT DISTINCT e.item_id, v.item_version FROM verdicts v JOIN episodes e "
+        "USING (episode_id) WHERE v.kind = 'benutil'")} == set(versions.items())
+    assert wh.query("SELECT count(*) AS n FROM verdict_sets WHERE kind = 'benutil' "
+                    "AND item_version IS NOT NULL") == [{"n": 1}]
     assert wh.query("SELECT count(*) AS n FROM episodes WHERE status = 'completed'") == [{"n": 6}]
 
 
