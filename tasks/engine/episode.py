@@ -162,7 +162,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
             termination = SINGLE_TURN if condition.max_turns == 1 else TURN_CAP
             break
         nxt = await user.next(env, state)
-        if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
+        if nxt.act is not None or nxt.act_call_hash:  # a UserTurn and a Stop both carry it
             turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
         if isinstance(nxt, Stop):
             termination = nxt.reason
