@@ -7,30 +7,18 @@ the calls inside them. A stage whose every episode failed on a call error raises
 
 from __future__ import annotations
 
-from collections import Counter
-
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.engine.episode import merge_counts, plan_episodes, play_batch, run_seats
-from tasks.core.items import prepare_items, run_items, store_items, stored_items
+from tasks.engine.episode import merge_counts, play_batch, run_seats, run_work
+from tasks.core.items import store_items, stored_items
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
-from tasks.engine.stage_errors import StageFailed, all_failed, every
+from tasks.engine.stage_errors import StageFailed, all_failed, causes, every, not_prepared
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
-
-
-def run_work(ctx) -> tuple[list, list, dict, dict]:
-    """The run's items as its prepare stages left them, its episodes (item, condition,
-    target, script), the skipped conditions and the items a prepare stage left out (with
-    why)."""
-    items, left_out = prepare_items(ctx, run_items(ctx))
-    cfg = ctx.config
-    work, skipped = plan_episodes(cfg.spec, items, run_seats(cfg), cfg.seed, cfg.scripts)
-    return items, work, skipped, left_out
 
 
 def episode_keys(batch: list) -> list[list]:
@@ -60,8 +48,10 @@ async def episodes_flow(run_id: str) -> dict:
         lambda part: episode_batch_task(run_id, episode_keys(part)), in_flight=BATCHES_IN_FLIGHT)
     summary = {"items": len(items), **merge_counts(results),
                "conditions_skipped": skipped}
-    if left_out:  # items a prepare stage did not prepare, counted by reason
-        summary["items_not_prepared"] = dict(Counter(left_out.values()).most_common())
+    not_prepared("episodes", left_out, len(items), summary, "was prepared")
+    failures = [f for r in results for f in r["failures"]]
+    if failures:  # said again in the run's last lines (flows/cli/run.py)
+        summary["failed"] = f"{len(failures)} of {len(work)} episodes: {causes(failures)}"
     errors = [e for r in results for e in r["errors"]]
     line = all_failed(len(work), summary["status"].get("completed", 0), errors,
                       f"{every(len(work), 'episode', 'episodes')} failed")

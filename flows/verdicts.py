@@ -6,12 +6,9 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.episodes import run_work
-from tasks.engine.episode import episode_key, stored_episode_ids
-from tasks.core.keys import keys_of
 from tasks.engine.stage import run_batches, whole_batches
 from tasks.engine.verdicts import (
-    agreement_rows, judge_batch, judge_sets, merge, set_rows, spec_judges,
+    agreement_rows, judge_batch, judge_sets, judged_episodes, merge, set_rows, spec_judges,
 )
 from tasks.engine.progress import Progress
 from tasks.engine.run import get_run
@@ -19,18 +16,6 @@ from tasks.engine.stage_errors import StageFailed, all_failed, every
 
 BATCH_EPISODES = 64
 BATCHES_IN_FLIGHT = 4
-
-
-def run_episodes(ctx) -> tuple[list[tuple[str, str]], list]:
-    """The run's episodes that are stored (played by this or an earlier run), as (episode id,
-    item id) in work order, and the run's items as its prepare stages left them."""
-    spec = ctx.config.spec
-    items, work, _, _ = run_work(ctx)
-    keys = keys_of(spec, ctx.config)
-    ids = [(episode_key(keys, spec.name, t.name, item.item_id, c.name, plan), item.item_id)
-           for item, c, t, plan in work]
-    stored = stored_episode_ids(ctx.warehouse, [i for i, _ in ids])
-    return [(e, i) for e, i in ids if e in stored], items
 
 
 @task(name="verdict-batch", cache_policy=NO_CACHE, persist_result=False)
@@ -44,7 +29,7 @@ async def verdict_batch_task(run_id: str, episode_ids: list[str], set_ids: list[
 async def verdicts_flow(run_id: str) -> dict:
     ctx = get_run(run_id)
     judges, skipped = spec_judges(ctx.config)
-    episodes, items = run_episodes(ctx)
+    episodes, items = judged_episodes(ctx)
     # The sets hash the versions of the judged items (Ben-Util: their checklists).
     judged = {i for _, i in episodes}
     sets = judge_sets(ctx, judges, [it for it in items if it.item_id in judged])

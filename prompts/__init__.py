@@ -48,7 +48,9 @@ CHARS_PER_TOKEN = 4
 
 # Current name -> the name the template had when runs first used it (before it moved). Its
 # version hashes the first name; the first name also still finds the file. Add a line here
-# when a template moves; never edit or remove one (homes written before hold those hashes).
+# when a template moves; never edit or remove one while the template has that current name
+# (homes written before hold those hashes). A template that moves back to its first name
+# needs no line, and the line of the name it leaves goes.
 FIRST_NAMES = {
     "judges/_fenced.j2": "judge/_fenced.j2",
     "judges/benutil.j2": "judge/benutil.j2",
@@ -59,9 +61,10 @@ FIRST_NAMES = {
         "move_check", "pushback", "reactive", "rephrasing")},
     "carryon/intent.j2": "intent.j2",
     "carryon/oracle.j2": "oracle.j2",
-    **{f"carryon/checklists/{n}.j2": f"checklists/{n}.j2" for n in (
-        "decompose", "ensemble", "merge", "misuse", "wildguard", "wildguard_chat")},
 }
+# (CarryOnBench's checklist templates lived in its folder as carryon/checklists/<n>.j2 for a
+# while; the checklists stage any benchmark names renders them again from their first names,
+# prompts/checklists/<n>.j2, so they need no line: their versions hash those names as always.)
 _MOVED_TO = {first: now for now, first in FIRST_NAMES.items()}
 
 # Benchmark name -> its own templates folder (``mount``).

@@ -26,10 +26,15 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.core import registry
+from tasks.core.judges import Judge, VerdictKeys
+from tasks.core.keys import SampleKeys
+from tasks.core.stages import Stage
+from tasks.core.targets import TargetPolicy
+from tasks.core.users import UserPolicy
 from tasks.core.spec import (  # noqa: F401 (the spec's models, imported from here too)
-    DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, ScriptSpec, SpecError, ViewsSpec,
+    DEFAULT_STAGES, BenchmarkSpec, ConditionSpec, SpecError, ViewsSpec,
 )
-from warehouse.store import on_init, on_legacy, on_views
+from warehouse.store import on_init, on_legacy, on_tables, on_views
 
 # Inside the tasks package (package data), so an installed copy carries the built-in specs:
 # one folder per benchmark, its spec.yaml beside its views and its own components.
@@ -46,6 +51,30 @@ def spec_path(name_or_path: str) -> Path:
 
 def builtin_names() -> list[str]:
     return sorted(p.parent.name for p in BENCHMARKS_DIR.glob(f"*/{SPEC_FILE}"))
+
+
+def default_benchmark() -> str:
+    """The built-in benchmark a config that names none runs: the one whose spec says
+    ``default: true`` (CarryOnBench's: configs were written for it before ``benchmark:``
+    existed)."""
+    found = [n for n in builtin_names()
+             if (yaml.safe_load(spec_path(n).read_text(encoding="utf-8")) or {}).get("default")]
+    if len(found) != 1:
+        raise SpecError(f"{BENCHMARKS_DIR}: exactly one built-in spec says `default: true` "
+                        f"(found {found or 'none'})")
+    return found[0]
+
+
+_BUILTINS_LOADED: list[bool] = []
+
+
+def load_builtins() -> None:
+    """Every built-in spec, loaded once: their components register what a config reads (its
+    sections, the roles of the first release), whichever benchmark the config runs."""
+    if not _BUILTINS_LOADED:
+        for name in builtin_names():
+            load_spec(name)
+        _BUILTINS_LOADED.append(True)
 
 
 def load_spec(name_or_path: str) -> BenchmarkSpec:
@@ -121,6 +150,12 @@ def _engine_stages(raw: dict, path: Path) -> dict:
     return {**raw, **inherited, "stages": list(theirs.get("stages") or DEFAULT_STAGES)}
 
 
+# What a built component of each kind is: the ground floor's base classes (a loader, a stop
+# rule and a report section are callables).
+PROTOCOLS = {"user": UserPolicy, "target": TargetPolicy, "judge": Judge, "stage": Stage,
+             "sample_keys": SampleKeys, "verdict_keys": VerdictKeys}
+
+
 def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     # Every component a spec names must resolve, with valid arguments, now: not halfway
     # through a run.
@@ -133,17 +168,28 @@ def _check_components(spec: BenchmarkSpec, path: Path) -> None:
     names += [("stop", None, t, None, f"stops[{t}]") for t in spec.stops]
     names += [("section", None, s, None, f"report[{s}]") for s in spec.report]
     names += [("judge", None, j, None, f"judges[{j}]") for j in spec.judges]
+    if spec.sample_keys is not None:
+        names.append(("sample_keys", None, spec.sample_keys, None, "sample_keys"))
+    if spec.verdict_keys != "verdict_sets":
+        names.append(("verdict_keys", None, spec.verdict_keys, None, "verdict_keys"))
     used = set()
     for kind, cond, name, cond_args, field in names:
         try:
             comp = registry.lookup(kind, name)
             comp.check_args(cond_args if kind == "user" else spec.args.get(f"{kind}:{name}"))
-            if kind == "user":
-                spec.user(spec.condition(cond))
-            else:
-                spec.component(kind, name)
+            built = spec.user(spec.condition(cond)) if kind == "user" else spec.component(kind, name)
         except registry.ComponentError as e:
             raise SpecError(f"{path}: {field}: {e}") from None
+        base = PROTOCOLS.get(kind)
+        if base is not None and not isinstance(built, base) or base is None and not callable(built):
+            what = f"a {base.__module__}.{base.__name__}" if base is not None else "callable"
+            raise SpecError(f"{path}: {field}: {registry.KIND_WORDS[kind]} {name} is not {what} "
+                            f"(it is {type(built).__module__}.{type(built).__name__})")
+        if kind == "user":  # what the policy needs of its condition (a script)
+            try:
+                built.check_condition(spec.condition(cond))
+            except ValueError as e:
+                raise SpecError(f"{path}: conditions[{cond}].{e}") from None
         used.add(f"{kind}:{name}")
     unused = sorted(set(spec.args) - used)
     if unused:
@@ -174,7 +220,7 @@ def module(package: str, name: str):
 def condition_rows(spec: BenchmarkSpec) -> list[dict]:
     """The spec's conditions as rows of the warehouse table ``bench_conditions``."""
     return [{"benchmark": spec.name, "condition": c.name, "position": i, "prompt": c.prompt,
-             "user_policy": c.user, "script_group": c.script.group if c.script else None,
+             "user_policy": c.user, "script_group": spec.user(c).group(c),
              "max_turns": c.max_turns} for i, c in enumerate(spec.conditions)]
 
 
@@ -195,6 +241,15 @@ def seed_conditions(con) -> None:
                         f"({', '.join('?' * len(cols))})", [[r[c] for c in cols] for r in rows])
 
 
+def component_tables() -> list[Path]:
+    """The schema files of the tables the components bring (the checklists stage's,
+    CarryOnBench's, a loaded spec's own): the built-in benchmarks' always, so every
+    warehouse holds the tables their views read."""
+    load_builtins()
+    return [path for _, path in registry.table_sources()]
+
+
+on_tables(component_tables)
 on_init(seed_conditions)
 
 

@@ -20,29 +20,19 @@ from typing import Literal, get_args
 import yaml
 from pydantic import (
     AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model,
-    field_validator, model_validator,
+    model_validator,
 )
 
-from tasks.bench import SpecError, load_spec
+from tasks.bench import SpecError, default_benchmark, load_builtins, load_spec
 from tasks.config_error import ConfigError  # a leaf: tasks/model_env.py raises it too
 from tasks.core import registry
 from tasks.input_files import CONFIG_MAX_BYTES, InputFileError, read_input_bytes
 from tasks.untrusted import LimitsConfig
-from tasks.roles import HASHED_ROLES, ROLE_TABLE, ROLES
+from tasks.roles import ROLE_TABLE
 
-# The benchmark of a config that names none: the project's own (CarryOnBench).
-DEFAULT_BENCHMARK = "carryon"
 # Keys added after the first release: at their default they are left out of the config's
 # hash, so a config written before them keeps its hash (and its run ids).
 ADDED_LATER = ("benchmark", "limits")
-
-# The paper's four excluded SORRY-Bench categories, as CASE-Bench names them.
-PAPER_EXCLUDED_CATEGORIES = [
-    "child-related crimes",
-    "evasion of law enforcement",
-    "non-sexual explicit content generation",
-    "social stereotype promotion",
-]
 
 
 # A config file larger than this is not a config file (and YAML parsing is not free).
@@ -59,40 +49,18 @@ from tasks.model_entry import (  # noqa: E402,F401
 
 
 class DatasetConfig(_Strict):
-    # The benchmark's spec lists what it may be (CarryOnBench: sample, casebench, sorrybench).
+    # The benchmark's spec lists what it may be (its `sources:`); a loader that selects by
+    # more than its file adds its own keys to this section (CarryOnBench: the categories it
+    # excludes, a minimum safe rate).
     source: str = "sample"
     path: str | None = None
     limit: int | None = Field(None, gt=0)
-    # Names (canonical or as CASE-Bench spells them) or SORRY-Bench ids 1..45.
-    exclude_categories: list[str | int] = Field(default_factory=lambda: list(PAPER_EXCLUDED_CATEGORIES))
-    min_safe_rate: float | None = Field(None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _path_for_files(self):
         if self.source != "sample" and not self.path:
             raise ValueError(f"dataset.source {self.source!r} needs dataset.path")
         return self
-
-
-class ScriptsConfig(_Strict):
-    lengths: list[int] = Field(default_factory=lambda: [4, 6, 8, 10, 12], min_length=1)
-    bc_per_length: int = Field(2, ge=0, le=10_000)
-    nc_per_length: int = Field(1, ge=0, le=10_000)
-    # True (this project's choice; the paper does not say how it sampled shared prefixes):
-    # conversations that share a prefix share its sampled calls, which makes the
-    # conversations of a query correlated (Table 2's intervals are clustered by query).
-    # False: every conversation gets its own sample key (independent conversations).
-    share_prefix: bool = True
-
-    @field_validator("lengths")
-    @classmethod
-    def _lengths(cls, v):
-        for n in v:
-            if n not in (4, 6, 8, 10, 12):
-                raise ValueError(f"length {n} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
-        if len(set(v)) != len(v):
-            raise ValueError("lengths repeat")
-        return v
 
 
 class MoveCheckConfig(_Strict):
@@ -105,26 +73,6 @@ class MoveCheckConfig(_Strict):
 
     max_resamples: int = Field(2, ge=0, le=20)
     exclude_failing: bool = False
-
-
-class ChecklistConfig(_Strict):
-    min_harmless: int = Field(3, ge=1)
-    # The most items a checklist keeps: the prompts ask for 7 to max_items, and the merged
-    # list is cut to its first max_items (the merger puts the most important first).
-    max_items: int = Field(23, ge=1, le=1000)
-
-
-class JudgingConfig(_Strict):
-    safety_sees_history: bool = False
-    # Ben-Util's quote may only be one of the response's passages (a JSON-schema enum sent
-    # with the request; the prompt is unchanged): for small local models that cannot copy
-    # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
-    benutil_quote_choices: bool = False
-    # per_item (the paper's, one Ben-Util call per response and checklist item) or
-    # per_response (one call per response judges its whole checklist: about a tenth of the
-    # calls; measure its agreement with `carryon calibrate` first, docs/fidelity.md). A new
-    # judgment set.
-    benutil_mode: Literal["per_item", "per_response"] = "per_item"
 
 
 def _role_field(r):
@@ -140,38 +88,40 @@ class _ModelsBase(_Strict):
     # A benchmark's components may declare roles the table does not hold: such a key is kept
     # as given here and checked against the spec's roles by _check_benchmark.
     model_config = ConfigDict(extra="allow", strict=True)
+    defaults: ModelEntry = Field(default_factory=ModelEntry)
 
 
-# models.<role> for every role of the table, plus the defaults every entry inherits.
-ModelsConfig = create_model(
-    "ModelsConfig", __base__=_ModelsBase,
-    defaults=(ModelEntry, Field(default_factory=ModelEntry)),
-    **{r.name: _role_field(r) for r in ROLE_TABLE})
+def _config_roles() -> list:
+    """The roles that are fields of ``models:``: the role table's and those of the first
+    release that components declare (the checklists stage's, CarryOnBench's rewriter); any
+    other role a component brings is an extra key, checked against the spec's roles."""
+    declared = [r for r in registry.declared_roles().values() if r.first_release]
+    return [*declared, *ROLE_TABLE]
 
 
 class Config(_Strict):
+    """The run's config. Its sections beyond the shared keys below are assembled from what the
+    components register (``registry.settings``: the checklists stage's ``checklists``, the
+    scripted user's ``scripts``, the judges' ``judging``, CarryOnBench's ``dataset`` keys),
+    the built-in benchmarks' always: ``Config.model_validate`` (and ``load_config``) validate
+    with that assembled model, ``config_model()``."""
+
     model_config = ConfigDict(serialize_by_alias=True)  # merged with _Strict's: "flows" stored
-    # The benchmark this config runs: tasks/benchmarks/<name>/spec.yaml by name, or a path to a spec YAML.
-    benchmark: str = DEFAULT_BENCHMARK
+    # The benchmark this config runs: tasks/benchmarks/<name>/spec.yaml by name, or a path to
+    # a spec YAML; unset, the built-in spec that says `default: true` (CarryOnBench's).
+    benchmark: str = Field(default_factory=lambda: default_benchmark())
     home: str = ".carryon"
     # Where the response cache lives (default <home>/cache; env CARRYON_CACHE_DIR overrides):
     # workers on one machine can share one; see docs/deploy.md for several machines.
     cache_dir: str | None = None
     seed: int = Field(0, ge=0, le=INT64_MAX)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
-    # The scripts (move sequences) the simulated user follows. `flows:` is read as the same key,
-    # and stays the stored name (config_json, the config hash, stage memos), so configs and
-    # homes from before the rename keep their run ids.
-    scripts: ScriptsConfig = Field(default_factory=ScriptsConfig,
-                                   validation_alias=AliasChoices("scripts", "flows"),
-                                   serialization_alias="flows")
+    # The play loop's move check (models.move_checker; tasks/users/move_checker.py).
     move_check: MoveCheckConfig = Field(default_factory=MoveCheckConfig)
-    checklists: ChecklistConfig = Field(default_factory=ChecklistConfig)
-    judging: JudgingConfig = Field(default_factory=JudgingConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     # How much of one model-written turn a prompt shows (tasks/untrusted.py).
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    models: _ModelsBase = Field(default_factory=_ModelsBase)
     # The most this home may have spent on model calls, all runs together (USD): a run stops
     # before a request or batch that could pass it (tasks/gateway/budget.py, docs/costs.md).
     # `carryon run --budget-usd` overrides it. How much is spent, not what is answered: in no
@@ -180,11 +130,23 @@ class Config(_Strict):
     # Filled by load_config, never by the user.
     source_path: str | None = Field(None, exclude=True)
 
+    @classmethod
+    def model_validate(cls, obj, **kw):
+        """Validated with the sections the components bring (``config_model()``)."""
+        model = config_model() if cls is Config else cls
+        return BaseModel.model_validate.__func__(model, obj, **kw)
+
     @property
     def spec(self):
-        """The benchmark's spec (tasks/bench.py)."""
+        """The benchmark's spec (tasks/bench.py); a relative spec path is read beside the
+        config file when there is one there, else from the working folder."""
+        name = self.benchmark
+        path = Path(name)
+        if path.suffix in (".yaml", ".yml") and not path.is_absolute() and self.source_path:
+            beside = Path(self.source_path).parent / path
+            name = str(beside.resolve()) if beside.is_file() else str(path.resolve())
         try:
-            return load_spec(self.benchmark)
+            return load_spec(name)
         except SpecError as e:
             # The spec's own message names the benchmark (or the spec file and its field).
             raise ConfigError(f"{self.source_path or 'config'}: {e}") from None
@@ -218,7 +180,7 @@ class Config(_Strict):
         return specs[0]
 
     def all_specs(self) -> dict[str, list[ModelSpec]]:
-        return {role: self.role_specs(role) for role in [*ROLES, *(self.models.model_extra or {})]}
+        return {role: self.role_specs(role) for role in _role_keys(self)}
 
     def _resolve(self, entry: ModelEntry, where: str, role: str) -> ModelSpec:
         d = self.models.defaults
@@ -256,20 +218,28 @@ class Config(_Strict):
 
     def config_hash(self) -> str:
         """Hash of what the user configured (never secrets: keys live in the environment).
-        Keys added later (``ADDED_LATER``, roles added later and the newer keys below) are left
-        out while unset, so a config keeps the hash (and the run ids) it had before."""
+        Keys added later (``ADDED_LATER``, sections and roles components brought after the
+        first release, and fields a section marks ``later``) are left out while unset or at
+        their default, so a config keeps the hash (and the run ids) it had before."""
         doc = self.model_dump(mode="json")
         doc.pop("budget_usd", None)  # a cap does not change results
         for key in ADDED_LATER:
             default = type(self).model_fields[key].get_default(call_default_factory=True)
             if doc.get(key) == TypeAdapter(type(default)).dump_python(default, mode="json"):
                 del doc[key]
-        if not doc["judging"].get("benutil_quote_choices"):
-            doc["judging"].pop("benutil_quote_choices", None)  # the same, for this key
-        if doc["judging"].get("benutil_mode", "per_item") == "per_item":
-            doc["judging"].pop("benutil_mode", None)  # and this one
-        for name in set(ROLES) - set(HASHED_ROLES):
-            if doc["models"].get(name) is None:
+        for name, part in _sections().items():
+            key = part["stored_as"] or name
+            section = type(self).model_fields[name].get_default(call_default_factory=True)
+            default = section.model_dump(mode="json")
+            if not part["first_release"] and doc.get(key) == default:
+                del doc[key]
+                continue
+            for field in part["later"]:
+                if key in doc and doc[key].get(field) == default.get(field):
+                    doc[key].pop(field, None)
+        first = {r.name for r in _config_roles() if r.first_release}
+        for name in [r.name for r in _config_roles()]:
+            if name not in first and doc["models"].get(name) is None:
                 doc["models"].pop(name, None)
         for value in doc["models"].values():
             for entry in value if isinstance(value, list) else [value]:
@@ -285,6 +255,56 @@ class Config(_Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _role_keys(cfg) -> list[str]:
+    """Every role key a config has: the fields of ``models:`` and its extra keys."""
+    return [*(n for n in type(cfg.models).model_fields if n != "defaults"),
+            *(cfg.models.model_extra or {})]
+
+
+def _sections() -> dict[str, dict]:
+    """section name -> its parts' models and how it is read, stored and hashed."""
+    out: dict[str, dict] = {}
+    for part in registry.config_settings():
+        sec = out.setdefault(part.section, {"models": [], "aliases": (), "stored_as": None,
+                                            "first_release": False, "later": ()})
+        sec["models"].append(part.model)
+        sec["aliases"] += tuple(a for a in part.aliases if a not in sec["aliases"])
+        sec["stored_as"] = sec["stored_as"] or part.stored_as
+        sec["first_release"] |= part.first_release
+        sec["later"] += part.later
+    out.pop("dataset", None)  # the shared dataset section, with the loaders' keys added
+    return out
+
+
+_MODELS: dict[tuple, type] = {}
+
+
+def config_model() -> type[Config]:
+    """The config's model: ``Config`` with ``models:`` holding every role of the table and of
+    the first release, ``dataset:`` with the keys loaders add, and every section components
+    register (tasks/core/registry.py ``settings``). The built-in benchmarks' components are
+    loaded first, so a config of any benchmark reads (and hashes) the same sections as
+    before they moved beside their components; a spec loaded from a path adds its own."""
+    load_builtins()
+    key = (tuple(registry.config_settings()), tuple(registry.declared_roles()))
+    if key in _MODELS:
+        return _MODELS[key]
+    parts = registry.config_settings()
+    ds_parts = tuple(p.model for p in parts if p.section == "dataset")
+    dataset = create_model("DatasetConfig", __base__=(DatasetConfig, *ds_parts)) if ds_parts \
+        else DatasetConfig
+    models = create_model("ModelsConfig", __base__=_ModelsBase,
+                          **{r.name: _role_field(r) for r in _config_roles()})
+    fields: dict = {"dataset": (dataset, Field(default_factory=dataset)),
+                    "models": (models, Field(default_factory=models))}
+    for name, sec in _sections().items():
+        model = create_model(f"{name.title()}Config", __base__=tuple(sec["models"]))
+        alias = {"validation_alias": AliasChoices(name, *sec["aliases"])} if sec["aliases"] else {}
+        if sec["stored_as"]:
+            alias["serialization_alias"] = sec["stored_as"]
+        fields[name] = (model, Field(default_factory=model, **alias))
+    _MODELS[key] = create_model("Config", __base__=Config, **fields)
+    return _MODELS[key]
 
 
 _UNION_MEMBERS = {"str", "int", "float", "bool", "ModelEntry", "list[ModelEntry]", "function-after"}
@@ -328,11 +348,11 @@ def did_you_mean(name: str, valid) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _suggestion(err: dict) -> str:
+def _suggestion(model, err: dict) -> str:
     """For an unknown key, the nearest valid key at that place in the config."""
     if err.get("type") != "extra_forbidden" or not err["loc"]:
         return ""
-    return did_you_mean(err["loc"][-1], _keys_at(Config, tuple(err["loc"][:-1])))
+    return did_you_mean(err["loc"][-1], _keys_at(model, tuple(err["loc"][:-1])))
 
 
 def _got(err: dict) -> str:
@@ -366,18 +386,22 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{path}: not valid YAML: nested too deeply for a config") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys, not {type(raw).__name__}")
+    if isinstance(raw.get("benchmark"), str):
+        # The spec first: its components bring their config sections and roles.
+        Config.model_construct(benchmark=raw["benchmark"], source_path=str(path)).spec
+    model = config_model()
     try:
-        cfg = Config.model_validate(raw)
+        cfg = model.model_validate(raw)
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply for a config") from None
     except ValidationError as e:
         first = e.errors()[0]
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise ConfigError(f"{path}: {_field_path(first['loc'])}: {first['msg']}{_got(first)}"
-                          f"{_suggestion(first)}{more}") from None
+                          f"{_suggestion(model, first)}{more}") from None
     cfg.source_path = str(path)
     _check_benchmark(cfg, path)
-    for role in [*ROLES, *(cfg.models.model_extra or {})]:  # a missing model string fails now
+    for role in _role_keys(cfg):  # a missing model string fails now
         names = [s.name for s in cfg.role_specs(role)]
         # A name keys a role's rows (a target's conversations, an ensemble answer, a judge's
         # votes): two entries under one name would overwrite each other.
@@ -397,7 +421,7 @@ def _check_benchmark(cfg: Config, path: Path) -> None:
                           f"benchmark {spec.name}; choose from {', '.join(spec.sources)}")
     allowed = spec.config_roles()
     extra = cfg.models.model_extra or {}
-    for name in [*ROLES, *extra]:
+    for name in _role_keys(cfg):
         # A key no component declares is refused even when empty; a table role of another
         # benchmark may stay unset.
         if name not in allowed and (name in extra or getattr(cfg.models, name) not in (None, [])):

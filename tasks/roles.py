@@ -1,13 +1,14 @@
-"""The one table of model roles: which stage calls a role, what it is asked (template and
-output schema), how a config may give it (one entry, a list, either), and a rough token
+"""The table of the shared model roles: which stage calls a role, what it is asked (template
+and output schema), how a config may give it (one entry, a list, either), and a rough token
 estimate per call for ``carryon plan``.
 
 Config (``models.<role>``), pre-flight (the roles of the selected stages), the plan and the
-report read this table. Which roles a benchmark's config may set is not listed here: each
-component (user policy, judge, target policy, ...) declares the roles it calls when it is
-registered (tasks/core/registry.py), and a spec's roles are its components' (plus, for
-CarryOnBench, its own stages'). A component may also bring a role this table does not hold,
-as a ``Role`` of its own.
+report read the roles. Which roles a benchmark's config may set is not listed here: each
+component (stage, user policy, judge, target policy, ...) declares the roles it calls when it
+is registered (tasks/core/registry.py), and a spec's roles are its components' and stages'.
+A component that calls a role no other part calls declares it beside itself, as a ``Role``
+(the checklists stage its construction roles, CarryOnBench's intents stage its rewriter): this
+table holds the roles every benchmark may share.
 """
 
 from __future__ import annotations
@@ -33,29 +34,25 @@ class Role:
     optional: bool = False  # a stage calls it only when configured
     # Shown in the report's model table (the roles whose model shapes the numbers most).
     in_report: bool = False
+    # A role the configs of the first release held: a config hash keeps its entry even unset
+    # (null, or [] for a list), as every config was hashed then; any other role is left out
+    # of the hash while it is unset, so adding a role never moves an existing config's hash
+    # (or its run ids).
+    first_release: bool = False
 
 
-# Pipeline order: CarryOnBench's stages, then the sister benchmarks' own roles.
+# Play, then the judges; then the sister benchmarks' own roles.
 ROLE_TABLE: tuple[Role, ...] = (
-    Role("intent_rewriter", ("checklists", "simulate"), "one", "carryon/intent.j2",
-         "IntentStatement", (300, 80)),
-    Role("ensemble", ("checklists",), "list", "carryon/checklists/ensemble.j2", None, (230, None)),
-    Role("wildguard", ("checklists",), "one", "carryon/checklists/wildguard.j2", "GuardVerdict",
-         (250, 20)),
-    Role("decomposer", ("checklists",), "one", "carryon/checklists/decompose.j2", "Decomposition",
-         (550, 500)),
-    Role("merger", ("checklists",), "one", "carryon/checklists/merge.j2", "MergedList", (450, 1000)),
-    Role("misuse_filter", ("checklists",), "one", "carryon/checklists/misuse.j2", "MisuseVerdicts",
-         (800, 600)),
-    Role("targets", ("simulate", "episodes"), "list", None, None, (150, None), in_report=True),
-    Role("user_simulator", ("simulate", "episodes"), "one", "users/*.j2", None, (500, 60),
-         in_report=True),
-    Role("move_checker", ("simulate",), "one", "users/move_check.j2", "MoveCheckVerdict",
-         (650, 120), optional=True),
+    Role("targets", ("episodes",), "list", None, None, (150, None), in_report=True,
+         first_release=True),
+    Role("user_simulator", ("episodes",), "one", "users/*.j2", None, (500, 60),
+         in_report=True, first_release=True),
+    Role("move_checker", ("episodes",), "one", "users/move_check.j2", "MoveCheckVerdict",
+         (650, 120), optional=True, first_release=True),
     Role("benutil_judge", ("verdicts",), "either", "judges/benutil.j2", "BenUtilVerdict", (350, 40),
-         in_report=True),
+         in_report=True, first_release=True),
     Role("safety_judge", ("verdicts",), "either", "judges/safety.j2", "SafetyVerdict", (450, 40),
-         in_report=True),
+         in_report=True, first_release=True),
     # The sister benchmarks' judges (tasks/judges/). A judge module names its role here.
     # The engine's judges: one entry, or a list of models that vote (tasks/core/judges.py).
     Role("act_judge", ("episodes", "verdicts"), "either", "judges/act.j2", "ActVerdict",
@@ -73,26 +70,6 @@ ROLE_TABLE: tuple[Role, ...] = (
 
 ROLES: list[str] = [r.name for r in ROLE_TABLE]
 BY_NAME: dict[str, Role] = {r.name: r for r in ROLE_TABLE}
-# The roles a config had before this table existed, fixed: a config hash leaves every other
-# role out while it is unset, so an existing config keeps its hash (and its run ids) whatever
-# roles are added here later.
-HASHED_ROLES: tuple[str, ...] = (
-    "intent_rewriter", "ensemble", "wildguard", "decomposer", "merger", "misuse_filter",
-    "targets", "user_simulator", "move_checker", "benutil_judge", "safety_judge",
-)
-
-
-def stage_roles(stage: str) -> list[str]:
-    """The roles a stage calls, in table order."""
-    return [r.name for r in ROLE_TABLE if stage in r.stages]
-
-
-def optional_roles() -> set[str]:
-    return {r.name for r in ROLE_TABLE if r.optional}
-
-
-def tokens(name: str) -> tuple[int, int | None]:
-    return BY_NAME[name].tokens if name in BY_NAME else (0, None)
 
 
 def report_roles(roles: list[str], known: dict[str, Role] | None = None) -> list[str]:

@@ -15,10 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-from sqlmodel import SQLModel
 
-import warehouse.schema  # noqa: F401  (registers every table on SQLModel.metadata)
-from warehouse.store import Warehouse, WarehouseError, legacy_tables
+from warehouse.store import Warehouse, WarehouseError, legacy_tables, schema
 
 WAREHOUSE_FILE = "warehouse.duckdb"
 
@@ -38,9 +36,10 @@ def resolve_warehouse(path: str | Path, must_exist: bool = True) -> Path:
     return p.resolve() if p.exists() else p.absolute()
 
 
-def tables() -> list:
-    """Every table of the schema, parents before children (SQLModel's dependency order)."""
-    return list(SQLModel.metadata.sorted_tables)
+def tables() -> list[tuple[str, list[str]]]:
+    """(name, columns) of every table of the schema (the shared tables and those the
+    components bring: warehouse/store.py ``schema``), in creation order."""
+    return [(name, [c["name"] for c in t["columns"]]) for name, t in schema()["tables"].items()]
 
 
 def _source_columns(con, alias: str) -> dict[str, set[str]]:
@@ -113,8 +112,8 @@ def _merge_into(target: Path, srcs: list[Path]) -> dict:
                 con.execute("ROLLBACK")
                 raise
             _copy_views(con, aliases)
-            return {t.name: con.execute(f'SELECT count(*) FROM main."{t.name}"').fetchone()[0]
-                    for t in tables()}
+            return {name: con.execute(f'SELECT count(*) FROM main."{name}"').fetchone()[0]
+                    for name, _ in tables()}
     except WarehouseError as e:
         raise MergeError(str(e)) from None
     except duckdb.Error as e:
@@ -161,15 +160,14 @@ def _plan(con, aliases: list[tuple[str, Path]]) -> list[tuple[str, list[str], st
             raise MergeError(f"{path}: written by an older version (table {older[0]} is now a "
                              "view): open its home once with this version (any carryon command, "
                              "e.g. carryon sql \"SELECT 1\" --config <its config>), then merge")
-        for t in tables():
-            if t.name not in have:
+        for name, cols in tables():
+            if name not in have:
                 continue  # an older or partial warehouse without this stage's tables
-            cols = [c.name for c in t.columns]
-            missing = [c for c in cols if c not in have[t.name]]
+            missing = [c for c in cols if c not in have[name]]
             if missing:
-                raise MergeError(f"{path}: table {t.name}: missing column(s) {missing} "
+                raise MergeError(f"{path}: table {name}: missing column(s) {missing} "
                                  f"(written by another version of the schema?)")
-            plan.append((t.name, cols, alias))
+            plan.append((name, cols, alias))
     return plan
 
 

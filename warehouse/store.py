@@ -17,6 +17,7 @@ held by another process is waited for (bounded), so two runs can take turns.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from warehouse.schema_file import load as shipped_schema
+from warehouse.schema_file import load as load_schema
 
 ENGINE_VIEWS_SQL = Path(__file__).with_name("views_engine.sql")
 
@@ -189,7 +190,7 @@ class Warehouse:
     @staticmethod
     def columns(table: str) -> list[str]:
         """A table's columns, in the shipped schema's order."""
-        return [c["name"] for c in shipped_schema()["tables"][table]["columns"]]
+        return [c["name"] for c in schema()["tables"][table]["columns"]]
 
     def count(self, table) -> int:
         return self.query(f"SELECT count(*) AS n FROM {_table_name(table)}")[0]["n"]
@@ -202,6 +203,38 @@ class Warehouse:
     def recorded_call_hashes(self) -> set[str]:
         """The cache keys of every call a recorded run made (what `carryon cache prune` keeps)."""
         return {r["call_hash"] for r in self.query("SELECT DISTINCT call_hash FROM llm_calls")}
+
+
+# Callables returning the schema files (``schema.json`` beside a stage's or a benchmark's own
+# tables: warehouse/schema_file.py) of the tables the layers above bring, created after the
+# shared ones (tasks/bench.py registers the components' ones).
+_TABLE_SOURCES: list = []
+
+
+def on_tables(source) -> None:
+    """Register ``source() -> list[Path]`` of schema files for every warehouse."""
+    if source not in _TABLE_SOURCES:
+        _TABLE_SOURCES.append(source)
+
+
+def schema() -> dict:
+    """Every table this process knows: the shared schema, then those the layers above bring
+    (``on_tables``), as one ``{"ddl": [...], "tables": {...}}``."""
+    paths = tuple(dict.fromkeys(p for source in _TABLE_SOURCES for p in source()))
+    return _merged(paths)
+
+
+@functools.lru_cache(maxsize=16)
+def _merged(paths: tuple) -> dict:
+    out = {"ddl": list(load_schema()["ddl"]), "tables": dict(load_schema()["tables"])}
+    for path in paths:
+        extra = load_schema(path)
+        clash = sorted(set(extra["tables"]) & set(out["tables"]))
+        if clash:
+            raise WarehouseError(f"{path}: table {clash[0]} is defined twice")
+        out["ddl"] += extra["ddl"]
+        out["tables"].update(extra["tables"])
+    return out
 
 
 # Callbacks run inside init's transaction, after the tables exist and before the views are
@@ -244,7 +277,7 @@ def on_views(source) -> None:
 
 def _ddl() -> list[str]:
     """CREATE TABLE / INDEX IF NOT EXISTS for every table, in DuckDB's dialect."""
-    return list(shipped_schema()["ddl"])
+    return list(schema()["ddl"])
 
 
 def _add_missing_columns(con) -> list[str]:
@@ -259,7 +292,7 @@ def _add_missing_columns(con) -> list[str]:
                             "WHERE table_catalog = current_database()").fetchall():
         have.setdefault(t, set()).add(c)
     out = []
-    for name, table in shipped_schema()["tables"].items():
+    for name, table in schema()["tables"].items():
         if name not in have:
             continue
         for col in table["columns"]:
@@ -274,7 +307,7 @@ def _add_missing_columns(con) -> list[str]:
 
 
 def _primary_key(con, name: str) -> list[str]:
-    table = shipped_schema()["tables"].get(name)
+    table = schema()["tables"].get(name)
     return table["primary_key"] if table is not None else []
 
 

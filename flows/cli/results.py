@@ -43,10 +43,11 @@ def sql(query: str = typer.Argument(..., help="SQL to run on the warehouse (Duck
 def report(config: str = ConfigOpt,
            run_id: Optional[str] = typer.Option(None, help="Default: the latest run."),
            compare: Optional[str] = typer.Option(
-               None, "--compare", help="paper: also print the run's numbers beside the paper's "
-                                       "(the report's \"Beside the paper\" section).")):
-    """Write <home>/reports/<run id>/ with report.md (CarryOnBench: also report.html and the
-    figures)."""
+               None, "--compare", help="A comparison the benchmark's report offers (CarryOnBench: "
+                                       "paper, its numbers beside the paper's).")):
+    """Write <home>/reports/<run id>/ with report.md and report.html (the report's sections
+    and an episode browser; a benchmark with a report layout of its own, such as
+    CarryOnBench's, writes its figures too)."""
     from tasks.report import ReportError
     from tasks.report.assemble import write
 

@@ -101,8 +101,28 @@ def run(config: str = ConfigOpt,
     if summary.get("remembered_failures"):
         typer.echo("calls whose earlier deterministic failure was remembered, not sent again "
                    f"(--retry-failed sends them): {summary['remembered_failures']}", err=True)
+    _say_failed_episodes(summary)
     if "episodes" in summary.get("stages", {}):
         _exit_if_a_target_failed(cfg, summary)
+
+
+def _say_failed_episodes(summary: dict) -> None:
+    """The run's last lines say how many items were not played (a prepare stage left them
+    out) and how many episodes failed, and why (the play stage's ``items_not_prepared`` and
+    ``failed``): left out of every metric, they must not pass for a clean run."""
+    for stage, info in summary.get("stages", {}).items():
+        if not isinstance(info, dict):
+            continue
+        left = info.get("items_not_prepared") or {}
+        if left:
+            n = sum(left.values())
+            top, k = next(iter(left.items()))
+            more = f"; and {len(left) - 1} other reason(s)" if len(left) > 1 else ""
+            typer.echo(f"warning: {stage}: {n} of {n + info.get('items', 0)} items were not "
+                       f"played: {top} ({k} time{'s' if k != 1 else ''}){more}", err=True)
+        if info.get("failed"):
+            typer.echo(f"warning: {stage}: {info['failed']}; failed episodes are left out of "
+                       "every metric (the report's Episodes table counts them)", err=True)
 
 
 def _exit_if_a_target_failed(cfg, summary: dict) -> None:

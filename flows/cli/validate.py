@@ -27,19 +27,34 @@ def _warehouse(config: str):
         _fail(str(e))
 
 
+def _spec(config: str):
+    """The config's benchmark (its components register its own validation kinds)."""
+    from tasks.config import ConfigError, load_config
+
+    try:
+        return load_config(config).spec
+    except ConfigError as e:
+        _fail(str(e))
+
+
 def _sample_id(wh, kind: Optional[str], sample_id: Optional[str]) -> str:
-    from tasks.validation import KINDS
+    from tasks.validation import ValidationError
+    from tasks.validation.report import kind_of
     from tasks.validation.sample import latest_sample
 
     if sample_id:
         return sample_id
-    if kind not in KINDS:
-        _fail(f"--kind: {kind!r} is not one of {', '.join(KINDS)} (or give --sample)")
+    try:
+        kind_of(kind or "")
+    except ValidationError as e:
+        _fail(f"{e} (or give --sample)")
     return latest_sample(wh, kind)
 
 
 @validate_app.command("sample")
-def sample(kind: str = typer.Option(..., "--kind", help="naturalness | benutil | safety"),
+def sample(kind: str = typer.Option(..., "--kind", help=(
+               "benutil | safety (any benchmark's judges) | a benchmark's own "
+               "(CarryOnBench: naturalness)")),
            config: str = ConfigOpt,
            seed: int = typer.Option(0, help="The sampling seed (same seed, same sample)."),
            annotators: int = typer.Option(3, help="Annotators per unit."),
@@ -53,10 +68,12 @@ def sample(kind: str = typer.Option(..., "--kind", help="naturalness | benutil |
     from tasks.validation import ValidationError
     from tasks.validation.sample import draw_sample
 
+    spec = _spec(config)
     wh = _warehouse(config)
     try:
-        res = draw_sample(wh, kind, seed, annotators, scripts_per_length=scripts_per_length,
-                          per_annotator=per_annotator, pairs=pairs, per_score=per_score)
+        res = draw_sample(wh, kind, seed, annotators, spec=spec,
+                          scripts_per_length=scripts_per_length, per_annotator=per_annotator,
+                          pairs=pairs, per_score=per_score)
     except ValidationError as e:
         _fail(str(e))
     typer.echo(f"sample {res['sample_id']}: {res['n_units']} units")
@@ -74,9 +91,10 @@ def page(config: str = ConfigOpt,
     from tasks.validation import ValidationError
     from tasks.validation.page import write_pages
 
+    spec = _spec(config)
     wh = _warehouse(config)
     try:
-        paths = write_pages(wh, _sample_id(wh, kind, sample_id), out)
+        paths = write_pages(wh, _sample_id(wh, kind, sample_id), out, spec)
     except ValidationError as e:
         _fail(str(e))
     for p in paths:
@@ -94,6 +112,7 @@ def import_cmd(files: List[Path] = typer.Argument(..., help="The annotators' exp
     from tasks.validation import ValidationError
     from tasks.validation.annotations import import_files
 
+    _spec(config)  # its own validation kinds registered
     wh = _warehouse(config)
     try:
         res = import_files(wh, files, replace=replace)
@@ -108,10 +127,12 @@ def import_cmd(files: List[Path] = typer.Argument(..., help="The annotators' exp
 def report(config: str = ConfigOpt,
            json_out: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
            out: Optional[Path] = typer.Option(None, "--out", help="Also write the markdown here.")):
-    """Agreement: naturalness (majority, kappa, alpha), Ben-Util and safety against the judge."""
+    """Agreement: Ben-Util and safety against the judge, a benchmark's own study (CarryOnBench's
+    naturalness: majority, kappa, alpha)."""
     from tasks.validation import ValidationError
     from tasks.validation.report import render_markdown, validation_report
 
+    _spec(config)  # its own validation kinds registered
     wh = _warehouse(config)
     try:
         rep = validation_report(wh)

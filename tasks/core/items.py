@@ -53,26 +53,48 @@ def item_id(benchmark: str, *identity: str) -> str:
     return hashlib.sha256("\x1f".join((benchmark, *identity)).encode()).hexdigest()[:16]
 
 
-def load_items(cfg) -> list[Item]:
-    """Every item of the config's dataset (the loader's sample or the user's file)."""
+class ItemError(ValueError):
+    """What a component needs of an item and this one lacks (a judge's checklist, a user's
+    intent): the item's ``field`` and why; ``check_items`` names the file and the row."""
+
+    def __init__(self, field: str, why: str):
+        self.field, self.why = field, why
+        super().__init__(f"{field}: {why}")
+
+
+def dataset_file(cfg) -> Path:
+    """The file the config's items are read from: the loader's sample (``dataset.source:
+    sample``) or the config's ``dataset.path`` (relative to the working folder, else to the
+    config file)."""
     spec, ds = cfg.spec, cfg.dataset
-    load = spec.component("loader", spec.loader)
     if ds.source == "sample":
         sample = registry.lookup("loader", spec.loader).meta.get("sample")
+        if callable(sample):  # a loader whose arguments name the file (records: beside the spec)
+            sample = sample(spec.component("loader", spec.loader),
+                            Path(spec.source_path).parent if spec.source_path else None)
         if sample is None:
             raise DataError(f"{cfg.source_path or 'config'}: dataset.source: loader "
                             f"{spec.loader} ships no sample; give source and path")
-        return load(Path(sample))
+        return Path(sample)
     if not ds.path:
         raise DataError(f"{cfg.source_path or 'config'}: dataset.path: source {ds.source!r} "
                         "needs the path of the file")
     path = Path(ds.path).expanduser()
     if not path.is_absolute() and cfg.source_path and not path.exists():
         path = Path(cfg.source_path).parent / path  # relative to the config file as a fallback
-    items = load(path)
+    return path
+
+
+def load_items(cfg) -> list[Item]:
+    """Every item of the config's dataset (the loader's sample or the user's file)."""
+    spec = cfg.spec
+    path = dataset_file(cfg)
+    items = spec.component("loader", spec.loader)(path)
+    if cfg.dataset.source == "sample":
+        return items
     if not items:
         raise DataError(f"{path}: no items in the file")
-    check_source(spec.loader, ds.source, path, items)
+    check_source(spec.loader, cfg.dataset.source, path, items)
     return items
 
 
@@ -103,6 +125,28 @@ def select_items(cfg, limit: int | None = None) -> list[Item]:
     return rows[: min(caps)] if caps else rows
 
 
+def check_items(cfg, items: list[Item]) -> None:
+    """What the spec's components need of each item (its stages, its user policies under the
+    conditions the item opens, its judges), checked before anything is played or planned: DataError
+    ``<file>: row N: <field>: <why>``. ``items`` as the prepare stages will leave them (what
+    they will build is there: tasks/engine/plan.py ``foreseen_items``)."""
+    spec = cfg.spec
+    users = [(c, spec.user(c)) for c in spec.conditions]
+    judges = [j for _, j in spec.judge_objects()]
+    stages = spec.stage_objects()
+    for item in items:
+        try:
+            for stage in stages:
+                stage.check_item(spec, item)
+            for c, user in users:
+                if c.prompt and item.prompts.get(c.prompt):
+                    user.check_item(item, c)
+            for j in judges:
+                j.check_item(item)
+        except ItemError as e:
+            raise DataError(f"{dataset_file(cfg)}: row {item.source_row}: {e}") from None
+
+
 def in_shard(key: str, shard_index: int, shard_count: int) -> bool:
     """Whether a work unit (an item or a query, by its hex id) belongs to this shard."""
     return int(key, 16) % shard_count == shard_index
@@ -114,14 +158,18 @@ def run_items(ctx) -> list[Item]:
             if in_shard(r.item_id, ctx.shard_index, ctx.shard_count)]
 
 
-def prepare_items(ctx, items: list[Item]) -> tuple[list[Item], dict[str, str]]:
-    """The items as the spec's prepare stages left them: each stage that defines
-    ``prepared(ctx, items) -> (items, {item_id: reason})`` keeps the items it prepared, with
-    what it built added (CarryOnBench's checklists stage: the benign intent and the oracle
-    prompt), and says why it left out the others. Play and judging read items through this."""
+def prepare_items(ctx, items: list[Item], until: str | None = None
+                  ) -> tuple[list[Item], dict[str, str]]:
+    """The items as the spec's prepare stages left them (those before the stage ``until``,
+    when given): each stage's ``prepared(ctx, items) -> (items, {item_id: reason})`` keeps
+    the items it prepared, with what it built added (the checklists stage: each item's
+    checklist), and says why it left out the others. Play and judging read items through
+    this."""
     left: dict[str, str] = {}
     for stage in ctx.config.spec.stage_objects():
-        if stage.phase == "prepare" and hasattr(stage, "prepared"):
+        if stage.name == until:
+            break
+        if stage.phase == "prepare":
             items, out = stage.prepared(ctx, items)
             left.update(out)
     return items, left

@@ -31,7 +31,7 @@ A judge module registers an object (``@judge(name, args=..., roles=...)``) with:
 - ``agreement`` (optional): derived labels the panel's agreement is also computed on
   (safety: ``harmful`` = score >= 4).
 
-In a batch, a judge runs as a ``SpecKind`` (tasks/engine/judge_calls.py, the verdicts
+In a batch, a judge runs as a ``BatchJudge`` (tasks/engine/judge_calls.py, the verdicts
 loop's calls), so every judge's calls go through the same loop: each distinct request is
 sent once, a failed call is recorded as unscored rows (value NULL, reason
 ``<error_kind>: <message>``), never as a zero. The engine (tasks/engine/verdicts.py) stores
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -147,8 +148,16 @@ class Judge:
     # {name: (measure, value -> label)}, e.g. safety's harmful = score >= 4.
     agreement: dict = field(default_factory=dict)
 
+    # A judge that takes arguments holds them here (its registration's ``args`` model).
+    args = None
+
     def wants(self, turn: TurnView) -> bool:
         return True
+
+    def check_item(self, item) -> None:
+        """What the judge needs of an item (``ItemError`` naming the field; Ben-Util: its
+        checklist), checked by ``carryon plan`` and pre-flight before anything is played."""
+        return None
 
     def item_version(self, item) -> str | None:
         """The version of the item's hidden data this judge reads (Ben-Util: its checklist's),
@@ -158,8 +167,7 @@ class Judge:
 
     def changed_args(self) -> dict:
         """The judge's arguments that differ from their defaults (``verdict_sets.args``)."""
-        args = getattr(self, "args", None)
-        return args.model_dump(exclude_defaults=True) if isinstance(args, BaseModel) else {}
+        return self.args.model_dump(exclude_defaults=True) if isinstance(self.args, BaseModel) else {}
 
     def judgment_identity(self) -> tuple[str, dict]:
         """Under the judgment-set recipe: the prompt version the set names and what else of
@@ -173,6 +181,11 @@ class Judge:
         """The calls one turn needs (none, one, or one per unit)."""
         req = self.request(turn)
         return [] if req is None else [req]
+
+    def unit_texts(self, item) -> dict[str, str]:
+        """What each unit of the item's requests asks, by unit id (Ben-Util: its checklist's
+        questions), for the report's browser; {} for a judge without units."""
+        return {}
 
     def requests_per_turn(self, item) -> int:
         """Calls per judged turn of ``item``, for ``carryon plan`` (an upper bound)."""
@@ -216,6 +229,23 @@ class Judge:
                 out.append(Measure(head.measure, None, None, f"no majority among {len(votes)} "
                                    f"judges ({len(scored)} scored)", head.unit))
         return out
+
+
+class VerdictKeys(ABC):
+    """How the verdicts stage names a judge's set and keys a sampled judge's calls. The
+    engine's own recipe (tasks/engine/verdicts.py) unless the spec names another
+    (``verdict_keys: <name>``, registered with ``@verdict_keys(name)`` beside the benchmark
+    whose older homes need it: CarryOnBench's ``judgment_sets``). Set ids and sample keys are
+    stored and cached, so a recipe never changes once homes hold its ids."""
+
+    @abstractmethod
+    def set_id(self, judge: "Judge", models: list, items_version: str | None) -> tuple[str, str]:
+        """(set id, prompt version) of the judge with its models, over the run's items (the
+        hash of their versions; None when it reads none)."""
+
+    @abstractmethod
+    def sample_key(self, model, messages: list[dict]) -> str | None:
+        """A sampled judge's key for a request (None at temperature 0)."""
 
 
 def prompt_version_of(judge) -> str:

@@ -2,24 +2,20 @@
 
 At temperature 0 the request alone decides the answer and a key changes nothing
 (tasks/gateway/keys.py leaves it out of the cache key). For a sampled call the key decides
-which episodes share an answer, and a rerun replays each one from the cache. Two schemes:
+which episodes share an answer, and a rerun replays each one from the cache. Two ways:
 
 - by transcript (the engine's default, ``None`` on ``PolicyEnv.keys``): the key derives from
   the transcript so far (``PolicyEnv.sample_key``), so episodes of one target that share a
   prefix share its samples;
-- by move prefix (``PrefixKeys``, CarryOnBench's): the key derives from (target, item, the
-  moves so far), as CarryOnBench has keyed its simulation since its first release. Homes built
-  then replay from the cache only under these keys, so they are cache keys and never change.
-  With ``share`` off each conversation samples its own turns, keyed by its position.
+- by a recipe the spec names (``sample_keys: {name: ..., args: {...}}``), a ``SampleKeys``
+  registered with ``@sample_keys(name)`` beside the benchmark that keys so (CarryOnBench's
+  ``prefix``: by target, item and the moves so far, as its homes have been keyed since its
+  first release: tasks/benchmarks/carryon/keys.py). Its ``KeyScheme`` names the episodes too,
+  and episodes of one batch make each distinct call once (``SharedCalls``), so a prefix is
+  played once and a failure in it ends every episode through it alike.
 
 A user turn that fails the move check is sampled again under ``resample_key`` (derived from
 the turn's own key, so it stays a function of the prefix).
-
-A spec chooses the scheme (``sample_keys: {by: prefix, oracle: <condition>}``; unset: by
-transcript), and with it how its episodes are named: under prefix keys an episode's id is
-its conversation's (``conversation_id``: target, item, script), and episodes of one batch make
-each distinct call once (``SharedCalls``), so a prefix is played once and a failure in it
-ends every episode through it alike.
 """
 
 from __future__ import annotations
@@ -27,37 +23,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
-
-TARGET_ROLE = "targets"
-SIMULATOR_ROLE = "user_simulator"
-# What the oracle conversation's ids and keys say, whatever the spec calls its condition:
-# they are cache and warehouse keys, and renaming a condition must not invalidate them.
-ORACLE = "oracle"
-
-
-def _hash(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+from abc import ABC, abstractmethod
 
 
 def flow_id(moves) -> str:
-    """A script's id (its moves joined): part of conversation ids and prefix sample keys."""
+    """A script's id (its moves joined): part of episode ids and of a recipe's sample keys."""
     return ">".join(moves)
-
-
-def conversation_id(target: str, query_id: str, script: str) -> str:
-    """A CarryOnBench conversation's id: (target, query, its script's id (``flow_id``) or ``oracle``)."""
-    return _hash("conversation", target, query_id, script)[:32]
-
-
-def prefix_sample_key(role: str, target: str, query_id: str, prefix) -> str:
-    """Shared mode: the same (target, query, move prefix) gives the same sample."""
-    return _hash("prefix", role, target, query_id, list(prefix))
-
-
-def conversation_sample_key(role: str, conv_id: str, position: int) -> str:
-    """Independent mode: every conversation samples its own turns."""
-    return _hash("conversation", role, conv_id, position)
 
 
 def resample_key(sample_key: str | None, attempt: int) -> str | None:
@@ -70,44 +41,46 @@ def check_key(sample_key: str | None) -> str:
     return _hash("check", sample_key)
 
 
-@dataclass(frozen=True)
-class PrefixKeys:
-    """CarryOnBench's keys. An episode's item is a query, its script the flow's moves; the
-    exchange after ``k`` moves has the prefix ``script[:k]``; the oracle condition's one
-    answer has the prefix ``["oracle"]``."""
+def _hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
-    share: bool
-    oracle: str  # the name of the spec's oracle condition
 
-    def _key(self, role: str, state, prefix: list, position: int) -> str:
-        qid = state.item.item_id
-        if self.share:
-            return prefix_sample_key(role, state.target, qid, prefix)
-        flow = ORACLE if state.condition.name == self.oracle else flow_id(state.plan)
-        return conversation_sample_key(role, conversation_id(state.target, qid, flow), position)
+class KeyScheme(ABC):
+    """A run's sample keys (``PolicyEnv.keys``): the id of each episode and the key of each
+    sampled call of play. Its episodes through a common prefix make each distinct call once
+    in a batch (``SharedCalls``)."""
 
+    @abstractmethod
     def episode_id(self, target: str, item_id: str, condition: str, plan: tuple) -> str:
-        """The episode's id: its conversation's (the oracle's script is ``oracle``)."""
-        return conversation_id(target, item_id, ORACLE if condition == self.oracle else flow_id(plan))
+        """The episode's id."""
 
-    def target(self, seat, state) -> str:
-        """The key of the target's next answer (``state.model_turns`` answers so far)."""
-        if state.condition.name == self.oracle:
-            return self._key(TARGET_ROLE, state, [ORACLE], 1)
-        prefix = list(state.plan[:state.model_turns])
-        return self._key(TARGET_ROLE, state, prefix, 2 * len(prefix) + 1)
+    @abstractmethod
+    def target(self, seat, state) -> str | None:
+        """The key of the target's next answer in ``state``."""
 
-    def user(self, state) -> str:
-        """The key of the user turn that plays move ``script[model_turns - 1]``."""
-        prefix = list(state.plan[:state.model_turns])
-        return self._key(SIMULATOR_ROLE, state, prefix, 2 * len(prefix))
+    @abstractmethod
+    def user(self, state) -> str | None:
+        """The key of the user turn the policy writes next in ``state``."""
 
 
-def keys_of(spec, cfg) -> PrefixKeys | None:
-    """The run's key scheme: the spec's ``sample_keys`` with the config's
-    ``scripts.share_prefix``; None (by transcript) when the spec sets none."""
-    keys = spec.sample_keys
-    return None if keys is None else PrefixKeys(cfg.scripts.share_prefix, keys.oracle)
+class SampleKeys(ABC):
+    """A spec's sample-key recipe (``sample_keys: {name: ..., args: {...}}``), registered with
+    ``@sample_keys(name, args=...)``: what it needs of the spec, and the run's scheme."""
+
+    def check(self, spec) -> None:
+        """What the recipe needs of the spec (ValueError naming the field)."""
+        return None
+
+    @abstractmethod
+    def scheme(self, cfg) -> KeyScheme:
+        """The run's keys under the config."""
+
+
+def keys_of(spec, cfg) -> KeyScheme | None:
+    """The run's key scheme: the spec's recipe's; None (by transcript) when it names none."""
+    if spec.sample_keys is None:
+        return None
+    return spec.component("sample_keys", spec.sample_keys).scheme(cfg)
 
 
 class SharedCalls:

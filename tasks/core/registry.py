@@ -51,9 +51,19 @@ PACKAGES = {
     "loader": "tasks.datasets",
     "stop": None,
     "section": "tasks.report.sections",
+    # Key recipes: how play keys its sampled calls and names its episodes, how judging names
+    # its sets (tasks/core/keys.py, tasks/core/judges.py); the engine's own when a spec names
+    # none, so every one so far is a benchmark's (CarryOnBench's).
+    "sample_keys": None,
+    "verdict_keys": None,
+    # Kinds of human validation (``carryon validate --kind``): Ben-Util's and safety's over
+    # any benchmark's verdicts built in; a benchmark's own study beside its spec.
+    "validation": "tasks.validation.kinds",
 }
 KIND_WORDS = {"stage": "stage", "user": "user policy", "target": "target policy", "judge": "judge",
-              "loader": "dataset loader", "stop": "stop rule", "section": "report section"}
+              "loader": "dataset loader", "stop": "stop rule", "section": "report section",
+              "sample_keys": "sample-key recipe", "verdict_keys": "verdict-key recipe",
+              "validation": "validation kind"}
 
 
 class ComponentError(Exception):
@@ -84,8 +94,8 @@ class Component:
             return self.args.model_validate(args or {}, strict=True)
         except ValidationError as e:
             first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "args"
-            raise ComponentError(f"args.{where}: {first['msg']}") from None
+            where = ".".join(["args", *(str(p) for p in first["loc"])])
+            raise ComponentError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
     def build(self, args: dict | None = None):
         """The component, built with the spec's arguments."""
@@ -97,6 +107,63 @@ class Component:
 
 _REGISTRY: dict[tuple[str, str], Component] = {}
 _ROLES: dict[str, Role] = {}  # roles components brought that the role table does not hold
+_ROLE_OWNERS: dict[str, str] = {}  # such a role -> the module of the component that brought it
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Fields a component brings to a section of the run's config (``@settings(section)`` on a
+    pydantic model, in the component's module): tasks/config.py assembles each section from
+    every component's fields, so the shared config lists no benchmark's or stage's keys."""
+
+    section: str  # the config's key (``checklists``, ``scripts``, ``dataset``, ...)
+    model: type[BaseModel]
+    owner: str  # the module that brought it
+    aliases: tuple[str, ...] = ()  # older names the section is read under
+    stored_as: str | None = None  # the name it is stored and hashed under (an older one)
+    # The section was in every config of the first release: its defaults stay in the config
+    # hash even when the config leaves it out. Any other section is left out of the hash at
+    # its defaults, so adding one never moves an existing config's hash (or its run ids).
+    first_release: bool = False
+    later: tuple[str, ...] = ()  # fields added after the first release: out of the hash at their default
+
+
+_SETTINGS: list[Settings] = []
+
+
+def settings(section: str, *, aliases: tuple[str, ...] = (), stored_as: str | None = None,
+             first_release: bool = False, later: tuple[str, ...] = ()) -> Callable:
+    """Register the decorated pydantic model's fields as part of the config's ``section``."""
+    def deco(model):
+        entry = Settings(section, model, model.__module__, tuple(aliases), stored_as,
+                         first_release, tuple(later))
+        if entry not in _SETTINGS:
+            _SETTINGS.append(entry)
+        return model
+
+    return deco
+
+
+def config_settings() -> list[Settings]:
+    """Every section part registered so far, in registration order."""
+    return list(_SETTINGS)
+
+
+_TABLES: list[tuple[str, Path]] = []
+
+
+def tables(models: str, schema: Path) -> None:
+    """A component's own warehouse tables (the checklists stage's, a benchmark's): the module
+    of their SQLModel classes and the schema file rendered from it (warehouse/schema_file.py),
+    which every warehouse creates beside the shared tables (tasks/bench.py hands them over)."""
+    entry = (models, Path(schema))
+    if entry not in _TABLES:
+        _TABLES.append(entry)
+
+
+def table_sources() -> list[tuple[str, Path]]:
+    """(models module, schema file) of every component's own tables registered so far."""
+    return list(_TABLES)
 
 
 def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
@@ -121,8 +188,11 @@ def register(kind: str, name: str, *, args: type[BaseModel] | None = None,
                              "with a Role(...)")
 
     def deco(obj):
-        _REGISTRY[(kind, name)] = Component(kind, name, obj, args, tuple(names),
-                                            getattr(obj, "__module__", ""), meta)
+        module = getattr(obj, "__module__", "")
+        _REGISTRY[(kind, name)] = Component(kind, name, obj, args, tuple(names), module, meta)
+        for r in roles:
+            if isinstance(r, Role) and r.name not in BY_NAME:
+                _ROLE_OWNERS.setdefault(r.name, module)
         return obj
 
     return deco
@@ -136,6 +206,9 @@ judge = partial(register, "judge")
 loader = partial(register, "loader")
 stop_rule = partial(register, "stop")
 section = partial(register, "section")
+sample_keys = partial(register, "sample_keys")
+verdict_keys = partial(register, "verdict_keys")
+validation_kind = partial(register, "validation")
 
 
 def lookup(kind: str, name: str) -> Component:
@@ -180,6 +253,16 @@ def role(name: str) -> Role | None:
 def declared_roles() -> dict[str, Role]:
     """The roles components brought beyond the role table."""
     return dict(_ROLES)
+
+
+def role_owner(name: str) -> str | None:
+    """The module of the component that brought a role beyond the table (None: a table role)."""
+    return _ROLE_OWNERS.get(name)
+
+
+def known_roles() -> dict[str, Role]:
+    """Every role known so far: the table's, then those components brought."""
+    return {**BY_NAME, **_ROLES}
 
 
 def import_components(entries: list[str], base: Path) -> None:

@@ -1,5 +1,5 @@
-"""The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``, with
-the scripted user's ``ScriptSpec``) and its views (``ViewsSpec``). Validated strictly; a component
+"""The spec's models: a benchmark (``BenchmarkSpec``), its conditions (``ConditionSpec``) and
+its views (``ViewsSpec``). Validated strictly; a component
 reference is a name or ``{name: ..., args: {...}}``. Reading a spec file, finding its
 components and checking their arguments is tasks/bench.py's ``load_spec``.
 """
@@ -7,9 +7,8 @@ components and checking their arguments is tasks/bench.py's ``load_spec``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr,
                       model_validator)
 
 from tasks.core import registry
@@ -28,26 +27,6 @@ class SpecError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ScriptSpec(_Strict):
-    """Scripts (CarryOnBench's move sequences) for the ``scripted`` user: per conversation
-    length, ``per_length`` move sequences of the group drawn as CarryOnBench draws them."""
-
-    group: str = Field(pattern=r"^(BC|NC)$")  # with benign clarification, or without
-    # In CarryOnBench the lengths and counts are the config's `scripts:`
-    # section, so a carryon spec must leave these two unset.
-    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
-    per_length: int = Field(1, ge=1, le=100)
-    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
-
-    @field_validator("lengths")
-    @classmethod
-    def _lengths(cls, v):
-        bad = [n for n in v if n not in (4, 6, 8, 10, 12)]
-        if bad:
-            raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
-        return v
 
 
 def _split_ref(value, field: str):
@@ -83,7 +62,9 @@ class ConditionSpec(_Strict):
     user: str = "single_turn"  # a registered user policy (tasks/users/<name>.py built in)
     user_args: dict = Field(default_factory=dict)  # its arguments (`user: {name, args}`)
     max_turns: int = Field(1, ge=1, le=50)  # target turns at most (the turn cap)
-    script: ScriptSpec | None = None  # the scripted user's scripts
+    # The condition's script, for a user policy that plays one (the scripted user's move
+    # sequences: its own model, tasks/users/scripted.py, checks it when the spec loads).
+    script: dict | None = None
     description: str = ""
 
     @model_validator(mode="before")
@@ -119,20 +100,12 @@ class ViewsSpec(_Strict):
             self.migrate if isinstance(self.migrate, list) else [self.migrate])
 
 
-class SampleKeysSpec(_Strict):
-    """How the play loop keys its sampled calls and names its episodes (tasks/core/keys.py).
-    ``prefix``: by (target, item, the script's moves so far), the condition named ``oracle``
-    (one turn, no script) keyed as the oracle; the config's ``scripts.share_prefix`` says
-    whether episodes through a common prefix share its samples. Unset: by transcript."""
-
-    by: Literal["prefix"]
-    oracle: str
-
-
 class BenchmarkSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
     description: str = ""
+    # The built-in benchmark a config that names none runs (exactly one built-in spec says so).
+    default: bool = False
     # Registered stages in pipeline order (tasks/stages/): prepare, play (exactly one), judge,
     # report. Unset: the episode engine's (episodes, verdicts, report).
     stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES), min_length=1)
@@ -150,13 +123,17 @@ class BenchmarkSpec(_Strict):
     judges: list[str] = Field(default_factory=list)  # registered judges
     report: list[str] = Field(default_factory=list)  # registered report sections
     views: ViewsSpec | None = None
-    sample_keys: SampleKeysSpec | None = None  # unset: sampled calls keyed by transcript
-    # Older names of its stages that `--stages` still accepts (old name -> stage).
-    renamed_stages: dict[str, str] = Field(default_factory=dict)
+    # A registered sample-key recipe (tasks/core/keys.py): ``{by: <recipe>, <its args>...}``
+    # or ``{name: ..., args: {...}}``; unset: sampled calls keyed by transcript.
+    sample_keys: str | None = None
+    # Older names of its stages that `--stages` still accepts (old name -> stage, or the
+    # stages it selected when one stage became several: a name that is still a stage may
+    # then map to itself and the stages split off it).
+    renamed_stages: dict[str, str | list[str]] = Field(default_factory=dict)
     # How the verdicts stage names its sets and keys a sampled judge's calls
-    # (tasks/engine/verdicts.py): the engine's recipe, or the one CarryOnBench's judgment sets
-    # have used since its first release (its older homes rerun with 0 requests).
-    verdict_keys: Literal["verdict_sets", "judgment_sets"] = "verdict_sets"
+    # (tasks/engine/verdicts.py): the engine's recipe, or a registered one a benchmark's older
+    # homes need (CarryOnBench's judgment_sets).
+    verdict_keys: str = "verdict_sets"
     # Arguments of the components named above, by name (`{name: ..., args: {...}}` entries).
     args: dict[str, dict] = Field(default_factory=dict)
     source_path: str | None = Field(None, exclude=True)
@@ -165,8 +142,9 @@ class BenchmarkSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _refs(cls, data):
-        # `loader`, `targets`, `judges` and `report` entries may carry arguments; they are kept
-        # by kind and name in `args` ("judge:toy": {...}) so every other reader sees names.
+        # `loader`, `targets`, `judges`, `report`, `stops` and `stages` entries may carry
+        # arguments; they are kept by kind and name in `args` ("judge:toy": {...}) so every
+        # other reader sees names.
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -180,12 +158,21 @@ class BenchmarkSpec(_Strict):
             data["stages"] = list(DEFAULT_STAGES)
         args: dict = {}
         for field, kind in (("loader", "loader"), ("targets", "target"), ("judges", "judge"),
-                            ("report", "section"), ("stops", "stop")):
+                            ("report", "section"), ("stops", "stop"), ("stages", "stage")):
             if field not in data or data[field] is None:
                 continue
             names, a = _split_refs(data[field], field)
             data[field] = names[0] if field == "loader" else names
             args.update({f"{kind}:{n}": v for n, v in a.items()})
+        keys = data.get("sample_keys")
+        if isinstance(keys, dict) and "by" in keys:  # {by: recipe, its args...}
+            rest = {k: v for k, v in keys.items() if k != "by"}
+            keys = {"name": keys["by"], "args": rest} if rest else keys["by"]
+        if keys is not None:
+            name, a = _split_ref(keys, "sample_keys")
+            data["sample_keys"] = name
+            if a:
+                args[f"sample_keys:{name}"] = a
         if args:
             data["args"] = {**args, **(data.get("args") or {})}
         return data
@@ -229,10 +216,13 @@ class BenchmarkSpec(_Strict):
         for o in objs:
             o.check(self)
         for old, new in self.renamed_stages.items():
-            if new not in self.stages or old in self.stages:
-                raise ValueError(f"renamed_stages: {old}: {new!r} is not one of the stages "
-                                 f"{self.stages}" if new not in self.stages
-                                 else f"renamed_stages: {old} is a stage's name still")
+            news = [new] if isinstance(new, str) else list(new)
+            bad = [n for n in news if n not in self.stages]
+            if bad or not news:
+                raise ValueError(f"renamed_stages: {old}: {bad[0] if bad else news!r} is not one "
+                                 f"of the stages {self.stages}")
+            if old in self.stages and old not in news:
+                raise ValueError(f"renamed_stages: {old} is a stage's name still")
         # A report section that reads what only some specs give (CarryOnBench's paper layout:
         # its three conditions, a Ben-Util and a safety set) checks the spec too.
         for name in self.report:
@@ -240,22 +230,9 @@ class BenchmarkSpec(_Strict):
             if check is not None:
                 check(self)
         if self.sample_keys is not None:
-            self._check_prefix_keys()
-
-    def _check_prefix_keys(self) -> None:
-        # Prefix keys name an episode by its script (the oracle's by "oracle"): every other
-        # condition needs a script, or two unscripted conditions would share their ids.
-        oracle = self.sample_keys.oracle
-        if oracle not in self.condition_names:
-            raise ValueError(f"sample_keys.oracle: no condition {oracle!r}")
-        c = self.condition(oracle)
-        if c.script is not None or c.max_turns != 1:
-            raise ValueError(f"sample_keys.oracle: condition {oracle} must be one turn without "
-                             "a script")
-        bare = [c.name for c in self.conditions if c.name != oracle and c.script is None]
-        if bare:
-            raise ValueError(f"sample_keys: prefix keys need a script on every condition but "
-                             f"the oracle ({bare[0]} has none)")
+            self.component("sample_keys", self.sample_keys).check(self)
+        if self.verdict_keys != "verdict_sets":
+            self.component("verdict_keys", self.verdict_keys)
 
     def play_stage(self):
         """The stage that plays the episodes."""
@@ -265,8 +242,7 @@ class BenchmarkSpec(_Strict):
         """The stage that defines the run's work (``select``, ``rows``, ``plan``,
         ``listing``): a prepare stage that defines it (its work shapes every stage after it:
         CarryOnBench's queries), else the play stage."""
-        return next((o for o in self.stage_objects()
-                     if o.phase == "prepare" and getattr(o, "defines_work", False)),
+        return next((o for o in self.stage_objects() if o.phase == "prepare" and o.defines_work),
                     self.play_stage())
 
     def stage(self, name: str):
@@ -335,15 +311,18 @@ class BenchmarkSpec(_Strict):
 
     def config_roles(self) -> list[str]:
         """The roles a config of this benchmark may set: its components' and stages' roles and
-        the universal ones; the role table's order first."""
+        the universal ones, in pipeline order: the prepare stages' own roles (in stage order),
+        then the role table's, then the others."""
         roles, _ = self.component_roles()
-        roles += list(UNIVERSAL_ROLES)
-        order = {r.name: i for i, r in enumerate(ROLE_TABLE)}
-        return sorted(dict.fromkeys(roles), key=lambda r: order.get(r, len(order)))
+        roles = list(dict.fromkeys(roles + list(UNIVERSAL_ROLES)))
+        first = [r for o in self.stage_objects() if o.phase == "prepare"
+                 for r in self.stage_roles(o.name)[0]]
+        order = {r: i for i, r in enumerate(dict.fromkeys(first + [r.name for r in ROLE_TABLE]))}
+        return sorted(roles, key=lambda r: order.get(r, len(order)))
 
     def needs_target_models(self) -> bool:
         """Whether any target policy sits a configured target model in the seat."""
-        return any(getattr(p, "takes_model", True) for _, p in self.target_policies())
+        return any(p.takes_model for _, p in self.target_policies())
 
     def stage_roles(self, stage: str) -> tuple[list[str], set[str]]:
         """(roles, optional roles) a stage of this spec calls (for pre-flight and the plan),

@@ -13,8 +13,10 @@ and named in a spec's ``targets:`` (default ``[llm]``). It has:
   refused to produce. A reply may carry ``aside`` (JSON text the policy states beside its
   response): the engine stores it on the turn for the judges and keeps it out of the
   transcript, so the user policy never sees it.
-- ``calls(condition) -> dict[role, int]`` (optional): calls per target turn beyond the target
-  model's own one, for ``carryon plan``.
+- ``calls(condition) -> dict[role, int]``: calls per target turn beyond the target model's
+  own one, for ``carryon plan`` (none by default).
+
+A target policy is a ``TargetPolicy`` (below).
 
 Seat names are what ``episodes.target`` stores: a target model's own name under ``llm`` (so
 homes built before target policies keep their episode ids), ``<target>+<policy>`` for a
@@ -23,6 +25,7 @@ policy that wraps a model, the policy's name for a deterministic one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 
@@ -41,13 +44,27 @@ class Reply:
     aside: str | None = None
 
 
+class TargetPolicy(ABC):
+    """What every target policy is (the module docstring says what each part does)."""
+
+    name: str = ""
+    takes_model: bool = True
+
+    @abstractmethod
+    async def respond(self, env, seat: "Seat", state):
+        """The target's next turn: a gateway result or a ``Reply``."""
+
+    def calls(self, condition) -> dict[str, int]:
+        return {}
+
+
 @dataclass(frozen=True)
 class Seat:
     """One target of a run: its stored name, its policy and its model (None: deterministic)."""
 
     name: str
     policy_name: str
-    policy: object
+    policy: TargetPolicy
     model: object | None = None
 
 
@@ -56,7 +73,7 @@ def seats(spec, target_models: list) -> list[Seat]:
     one, once on its own otherwise."""
     out = []
     for name, policy in spec.target_policies():
-        if getattr(policy, "takes_model", True):
+        if policy.takes_model:
             for m in target_models:
                 seat = m.name if name == "llm" else f"{m.name}+{name}"
                 out.append(Seat(seat, name, policy, m))

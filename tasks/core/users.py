@@ -1,6 +1,7 @@
 """The user-policy protocol: after each target turn, the next user turn or a stop.
 
-A policy module exposes ``POLICY``, an object with:
+A user policy is a ``UserPolicy`` (below) registered with ``@user_policy(name, ...)``
+(tasks/core/registry.py); a spec's conditions name it. It has:
 
 - ``name``: the module's name (stored on every episode);
 - ``roles``: the model roles it calls (rows of tasks/roles.py); pre-flight requires them;
@@ -8,9 +9,17 @@ A policy module exposes ``POLICY``, an object with:
   turn, from the item (its hidden intent or slots), the condition, the transcript so far and,
   where the policy reads it, the target's last act;
 - ``calls(condition) -> dict[role, int]``: an upper bound on its calls per episode (the plan);
-- optionally ``plans(item, condition, seed, scripts) -> list[tuple[str, ...]]``: the scripts an item is
+- ``plans(item, condition, seed, scripts) -> list[tuple[str, ...]]``: the scripts an item is
   played with under the condition (one episode each; e.g. the scripted user's move
-  sequences). Without it, one episode with the empty script.
+  sequences); by default one episode with the empty script;
+- ``prefix(item, condition, plan) -> list[dict]``: stored turns it replays after the opening
+  (none by default);
+- ``check_item(item, condition)``: what it needs of an item (``ItemError`` naming the field),
+  checked by ``carryon plan`` and pre-flight before anything is played;
+- ``check_condition(condition)`` and ``group(condition)``: what it needs of a condition (its
+  ``script:``, for the scripted user), checked when the spec loads, and the part the
+  condition plays;
+- ``continues_after_block``: whether the user answers a turn the provider blocked.
 
 The engine calls ``next`` only after a target turn and only while the condition's turn cap
 allows another exchange; the turn cap itself is the engine's stop rule (``turn_cap``). A
@@ -26,6 +35,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+
+from abc import ABC, abstractmethod
 
 from tasks.core.spec import ConditionSpec
 from tasks.core.items import Item
@@ -70,6 +81,47 @@ class Stop:
     reason: str
     act: str | None = None
     act_call_hash: str | None = None
+
+
+class UserPolicy(ABC):
+    """What every user policy is (the module docstring says what each part does)."""
+
+    name: str = ""
+    roles: tuple[str, ...] = ()
+    continues_after_block: bool = False
+    # The template its simulated user is asked with, for the plan's token estimate (None: it
+    # renders none, or one per move).
+    template: str | None = None
+
+    @abstractmethod
+    async def next(self, env, state: "EpisodeState") -> "UserTurn | Stop":
+        """The user's turn after the target's last one, or a stop with its reason."""
+
+    @abstractmethod
+    def calls(self, condition: ConditionSpec) -> dict[str, int]:
+        """An upper bound on its calls per episode, by role (``carryon plan``)."""
+
+    def plans(self, item: Item, condition: ConditionSpec, seed: int,
+              scripts=None) -> list[tuple[str, ...]]:
+        return [()]
+
+    def prefix(self, item: Item, condition: ConditionSpec, plan: tuple[str, ...]) -> list[dict]:
+        return []
+
+    def check_item(self, item: Item, condition: ConditionSpec) -> None:
+        return None
+
+    def check_condition(self, condition: ConditionSpec) -> None:
+        """What it needs of a condition (ValueError naming the field; the spec loader adds the
+        file and the condition). A policy that plays no script refuses one."""
+        if condition.script is not None:
+            raise ValueError(f"script: the user policy {self.name or type(self).__name__} "
+                             "plays no script")
+
+    def group(self, condition: ConditionSpec) -> str | None:
+        """The part the condition's episodes play among the spec's (stored as
+        ``bench_conditions.script_group``: the scripted user's script group); None here."""
+        return None
 
 
 @dataclass(frozen=True)

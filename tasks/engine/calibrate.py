@@ -41,8 +41,8 @@ from tasks.core.items import prepare_items, stored_items
 from tasks.core.judges import set_hash
 from tasks.core.registry import ComponentError
 from tasks.engine import calibration_stats as cs
-from tasks.engine.judge_calls import SpecKind, run_calls
-from tasks.engine.verdicts import JudgeSet, load_turn_views, sample_key_of, with_config_args
+from tasks.engine.judge_calls import BatchJudge, run_calls
+from tasks.engine.verdicts import JudgeSet, load_turn_views, recipe_of, with_config_args
 
 TABLE = "judge_calibrations"
 
@@ -175,14 +175,14 @@ def name_set(ctx, setting: Setting, views) -> None:
     items = list({t.item.item_id: t.item for t in views}.values())
     model = setting.models[0] if len(setting.models) == 1 else (setting.models or None)
     with prompts.benchmark_prompts(setting.prompts_dir):  # its templates' version
-        setting.judge_set = JudgeSet(setting.judge, model, ctx.config.spec.verdict_keys, items)
+        setting.judge_set = JudgeSet(setting.judge, model, recipe_of(ctx.config.spec), items)
 
 
 async def judge_sample(ctx, setting: Setting, views) -> tuple[list[dict], dict]:
     """The setting's verdict rows for the sample's turns (nothing written) and what its calls
     did."""
-    recipe = ctx.config.spec.verdict_keys
-    kind = SpecKind(setting.judge, setting.models, setting.judge_set.set_id, sample_key_of(recipe))
+    recipe = recipe_of(ctx.config.spec)
+    kind = BatchJudge(setting.judge, setting.models, setting.judge_set.set_id, recipe.sample_key)
     # The setting's own templates first (another benchmark folder's prompts/), for its first
     # requests and its re-asks alike.
     with prompts.benchmark_prompts(setting.prompts_dir):

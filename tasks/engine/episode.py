@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tasks.bench import BenchmarkSpec, ConditionSpec
-from tasks.core.items import Item
+from tasks.core.items import Item, prepare_items, run_items
 from tasks.core.keys import SharedCalls, keys_of
 from tasks.core.targets import Seat, seats
 from tasks.core.users import (
@@ -55,27 +55,34 @@ def episode_key(keys, benchmark: str, target: str, item_id: str, condition: str,
     return episode_id(benchmark, target, item_id, condition, plan)
 
 
+def run_work(ctx) -> tuple[list, list, dict, dict]:
+    """The run's items as its prepare stages left them, its episodes (item, condition,
+    target, script), the skipped conditions and the items a prepare stage left out (with
+    why): what the episodes stage plays and the verdicts stage judges."""
+    items, left_out = prepare_items(ctx, run_items(ctx))
+    cfg = ctx.config
+    work, skipped = plan_episodes(cfg.spec, items, run_seats(cfg), cfg.seed, cfg.scripts)
+    return items, work, skipped, left_out
+
+
 def plans_for(user, item: Item, condition: ConditionSpec, seed: int,
               scripts=None) -> list[tuple[str, ...]]:
     """The scripts an item is played with (one episode each); the empty script by default.
     ``scripts``: the config's ``scripts:`` section (lengths and counts a script may leave to
     the config)."""
-    fn = getattr(user, "plans", None)
-    return [tuple(p) for p in fn(item, condition, seed, scripts)] if fn else [()]
+    return [tuple(p) for p in user.plans(item, condition, seed, scripts)]
 
 
 def replayed_prefix(user, item: Item, condition: ConditionSpec,
                     plan: tuple[str, ...]) -> list[dict]:
     """Stored turns the user policy replays after the opening, before the target's first
-    live turn (its optional ``prefix(item, condition, plan)``: assistant and user turns in
-    turn, ending with a user turn); none by default. Replayed turns are stored like played
+    live turn (its ``prefix(item, condition, plan)``: assistant and user turns in turn,
+    ending with a user turn); none by default. Replayed turns are stored like played
     ones, without a call hash, so a later act is judged on a dialogue every target shares."""
-    fn = getattr(user, "prefix", None)
-    turns = [{"role": t["role"], "content": t["content"]} for t in (fn(item, condition, plan)
-                                                                    if fn else [])]
+    turns = [{"role": t["role"], "content": t["content"]} for t in user.prefix(item, condition, plan)]
     if [t["role"] for t in turns] != ["assistant", "user"] * (len(turns) // 2) or any(
             not isinstance(t["content"], str) or not t["content"].strip() for t in turns):
-        raise ValueError(f"{getattr(user, 'name', user)}: a replayed prefix is assistant and "
+        raise ValueError(f"{user.name or type(user).__name__}: a replayed prefix is assistant and "
                          "user turns in turn, each with text, ending with a user turn")
     return turns
 
@@ -117,7 +124,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
     status, termination, error, error_hash = "completed", TURN_CAP, None, None
     model_turns = 0
     checks: list[dict] = []
-    continues_after_block = getattr(user, "continues_after_block", False)
+    continues_after_block = user.continues_after_block
     for t in replayed_prefix(user, item, condition, plan):
         model_turns += t["role"] == "assistant"
         turns.append({"episode_id": eid, "position": len(turns), "role": t["role"],
@@ -155,7 +162,7 @@ async def play(env: PolicyEnv, bench: BenchmarkSpec, item: Item, condition: Cond
             termination = SINGLE_TURN if condition.max_turns == 1 else TURN_CAP
             break
         nxt = await user.next(env, state)
-        if getattr(nxt, "act", None) is not None or getattr(nxt, "act_call_hash", None):
+        if nxt.act is not None or nxt.act_call_hash:  # a UserTurn and a Stop both carry it
             turns[-1].update(act=nxt.act, act_call_hash=nxt.act_call_hash)
         if isinstance(nxt, Stop):
             termination = nxt.reason
@@ -243,7 +250,11 @@ async def play_batch(ctx, bench: BenchmarkSpec, work: list) -> dict:
     out = {"episodes": len(played), "status": dict(status), "termination": dict(term),
            "turns": sum(len(p.turns) for p in played),
            "blocked_turns": sum(bool(t["blocked"]) for p in played for t in p.turns),
-           "errors": errors}
+           "errors": errors,
+           # Why each episode that did not complete ended (its status and error kind).
+           "failures": [p.episode["status"] + (f" ({p.episode['error'].split(':', 1)[0]})"
+                                               if p.episode["error"] else "")
+                        for p in played if p.episode["status"] != "completed"]}
     if env.move_check is not None:  # episodes with a kept user turn that failed its check
         out["move_check_failed"] = sum(bool(failed_checks(p.checks)) for p in played)
     return out

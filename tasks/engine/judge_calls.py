@@ -1,28 +1,21 @@
-"""How a batch of judgments is made (the verdicts loop's calls): every judge kind is a
-``JudgeKind`` and every batch runs through ``run_calls``. What a judge itself is (``Judge``,
-``TurnView``, ``Request``, ``Measure``) is the ground floor's: tasks/core/judges.py.
+"""How a batch of judgments is made (the verdicts loop's calls): each of the spec's judges
+runs as a ``BatchJudge`` (one object per judge and batch: it holds the batch's state) and
+every batch runs through ``run_calls``. What a judge itself is (``Judge``, ``TurnView``,
+``Request``, ``Measure``) is the ground floor's: tasks/core/judges.py.
 
-A kind (one object per batch: it holds the batch's state) says only what is its own:
+- ``requests(turn)``: the distinct requests one assistant turn needs, as (key, source) pairs
+  (the judge's requests: one per checklist item for Ben-Util, one for safety, none for a
+  judge that needs no call); the loop keeps the first source of a key, so a request is sent
+  once per batch and judge model;
+- the first answers become votes (``vote``: a failed call is unscored, with the gateway's
+  reason, never a zero); ``revise`` asks again where the judge wants a second answer
+  (Ben-Util's evidence re-ask), and the second answer replaces the first;
+- ``turn_rows``: a turn's measures as rows of ``verdicts`` (and, when several models vote,
+  each model's own as rows of ``verdict_votes``, combined by the judge's rule).
 
-- ``requests(turn, ...)``: the distinct requests one assistant turn needs, as (key, source)
-  pairs; the loop keeps the first source of a key, so a request is sent once per batch and
-  judge (a Ben-Util turn needs one per checklist item, a safety turn one, an act turn one,
-  a reference turn none);
-- ``messages(source)`` and ``schema_for(source)``: the prompt of a request and its schema;
-- ``parse(result)``: a successful call's answer as a vote ``(value, text, None, call_hash)``;
-  a failed call is the same vote for every kind, unscored: ``(None, None, reason, call_hash)``;
-- ``revise(gw, first_answers)``: extra calls after the first answers (Ben-Util's evidence
-  re-ask), as votes that replace the first ones;
-- ``combine(votes)``: one verdict per request from its judges' votes (majority for Ben-Util,
-  the safety rule for safety, the single vote for a kind with one judge model);
-- the row hooks (``turn_rows`` and, for a judgment made without a call, ``blocked_rows``):
-  the rows a turn writes. A spec's judges run as ``SpecKind`` (below),
-  writing ``verdicts``; a stage with tables of its own would give its kinds its own row
-  hooks.
-
-``run_calls`` (not a kind) issues every kind's calls, kind by kind and judge-major, as one
-gather, then each kind's revisions, then settles votes into verdicts. A stage loop
-(tasks/engine/verdicts.py) only reads its turns and writes the rows the kinds produced.
+``run_calls`` issues every judge's calls, judge by judge and model-major, as one gather, then
+each judge's revisions, then settles votes into verdicts. The stage loop
+(tasks/engine/verdicts.py) only reads its turns and writes the rows the judges produced.
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ import asyncio
 import json
 from collections import Counter
 
-from prompts import text_hash
 from tasks.core.judges import EmbedRequest, Judge, Measure, Request, TurnView, verdict_sample_key
 from tasks.gateway.transport import needs_cache_mark
 from tasks.model_entry import ModelSpec
@@ -42,88 +34,7 @@ def reason(r) -> str:
     return f"{r.error_kind}: {r.error}"
 
 
-class JudgeKind:
-    """What every kind shares: its judges, its set, its table, and the batch's state
-    (distinct requests, results, votes, verdicts, rows) filled in by ``run_calls``."""
-
-    kind: str  # the set's kind and the summary's "<kind>_calls"
-    role: str
-    table: str  # the table of its combined rows (and the summary's count of them)
-    schema: type | None = None
-
-    def __init__(self, specs: list[ModelSpec], set_id: str):
-        self.specs, self.set_id = specs, set_id
-        self.sources: dict[tuple, object] = {}  # request key -> what its prompt is made of
-        self.results: list = []  # first answers, judge-major over the request keys
-        self.votes: dict[tuple, list] = {}  # request key -> one vote per judge
-        self.final: dict[tuple, tuple] = {}  # request key -> combined verdict
-        self.rows: list[dict] = []
-
-    # ----- requests and votes --------------------------------------------------------------
-    def add(self, pairs: list[tuple]) -> list[tuple]:
-        """Record a turn's (key, source) pairs; returns the turn's keys."""
-        for key, source in pairs:
-            self.sources.setdefault(key, source)
-        return [key for key, _ in pairs]
-
-    def messages(self, source) -> list[dict]:
-        raise NotImplementedError
-
-    def schema_for(self, source) -> type:
-        return self.schema
-
-    def sample_key(self, spec: ModelSpec, messages: list[dict]) -> str | None:
-        return judgment_sample_key(spec, messages)
-
-    async def ask(self, gw, spec: ModelSpec, messages: list[dict], schema: type):
-        return await gw.chat(spec, self.role, messages, schema=schema,
-                             sample_key=self.sample_key(spec, messages))
-
-    def calls(self, gw) -> list:
-        """One call per judge and distinct request, judge-major (the order they are issued)."""
-        reqs = {k: (self.messages(src), self.schema_for(src)) for k, src in self.sources.items()}
-        return [self.ask(gw, spec, msgs, schema)
-                for spec in self.specs for msgs, schema in reqs.values()]
-
-    @property
-    def n_calls(self) -> int:
-        return len(self.sources) * len(self.specs)
-
-    def parse(self, r) -> tuple:
-        raise NotImplementedError
-
-    def vote(self, r) -> tuple:
-        """A result as a vote; a failed call is unscored, with the gateway's reason."""
-        return self.parse(r) if r.ok else (None, None, reason(r), r.call_hash)
-
-    async def revise(self, gw, by_request: dict[tuple, object]) -> dict[tuple, tuple]:
-        """Votes that replace first answers, keyed (judge index, request key). None here."""
-        return {}
-
-    def first_answers(self) -> dict[tuple, object]:
-        """(judge index, request key) -> its first answer, judge-major."""
-        keys, n = list(self.sources), len(self.sources)
-        return {(j, k): r for j in range(len(self.specs))
-                for k, r in zip(keys, self.results[j * n:(j + 1) * n])}
-
-    def settle(self, revised: dict[tuple, tuple]) -> None:
-        """Votes per request (a revised vote replaces the first answer's), then verdicts."""
-        self.votes = {k: [] for k in self.sources}
-        for (j, k), r in self.first_answers().items():
-            self.votes[k].append(revised[(j, k)] if (j, k) in revised else self.vote(r))
-        self.final = {k: self.combine(v) for k, v in self.votes.items()}
-
-    def combine(self, votes: list[tuple]) -> tuple:
-        raise NotImplementedError
-
-    def all_results(self) -> list:
-        return list(self.results)
-
-    def extra_summary(self) -> dict:
-        return {}
-
-
-async def run_calls(gw, kinds: list[JudgeKind]) -> None:
+async def run_calls(gw, kinds: list["BatchJudge"]) -> None:
     """Every kind's first calls in one gather (kind by kind, judge-major), then each kind's
     extra calls, then its verdicts. The kinds' ``sources`` are filled in before."""
     results = await asyncio.gather(*(c for kind in kinds for c in kind.calls(gw)))
@@ -146,13 +57,6 @@ async def _after(done: asyncio.Event, call):
     return await call
 
 
-def judgment_sample_key(spec: ModelSpec, messages: list[dict]) -> str | None:
-    """A sampled judge's key under the judgment-set recipe (tasks/engine/verdicts.py). At
-    temperature 0 the request alone determines the answer; a sampled judge gets a key derived
-    from the request's last message, so reruns replay the same sample."""
-    return None if not spec.temperature else "judge:" + text_hash(messages[-1]["content"])[:16]
-
-
 def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:
     """Set rows as they should be written: a set already stored keeps its first ``created``
     and ``run_id`` (the views pick each kind's most recently created set, so a plain rerun
@@ -167,22 +71,62 @@ def keep_first(wh, table: str, rows: list[dict]) -> list[dict]:
             for r in rows]
 
 
-class SpecKind(JudgeKind):
+class BatchJudge:
     """A spec's judge in one batch: its models (none for a judge that needs no call; several
     vote), its requests per turn (each may be revised once), its measures as rows of
     ``verdicts`` and, when several models vote, each model's own as rows of
-    ``verdict_votes``."""
-
-    table = "verdicts"
+    ``verdict_votes``; the batch's state (distinct requests, results, votes, verdicts, rows)
+    filled in by ``run_calls``."""
 
     def __init__(self, judge: Judge, models: list, set_id: str, sample_key=None):
-        super().__init__(list(models), set_id)
+        self.specs, self.set_id = list(models), set_id
         self.judge, self.kind, self.role = judge, judge.kind, judge.role
         # How a sampled judge's calls are keyed (the set recipe's; tasks/engine/verdicts.py).
         self._sample_key = sample_key or verdict_sample_key
+        self.sources: dict[tuple, object] = {}  # request key -> the request
+        self.results: list = []  # first answers, model-major over the request keys
+        self.votes: dict[tuple, list] = {}  # request key -> one vote per judge model
+        self.final: dict[tuple, tuple] = {}  # request key -> combined verdict
+        self.rows: list[dict] = []
         self.unscored: Counter = Counter()
         self.vote_rows: list[dict] = []
         self.revisions: list = []  # the second answers (a judge's revision calls)
+
+    # ----- requests and votes --------------------------------------------------------------
+    def add(self, pairs: list[tuple]) -> list[tuple]:
+        """Record a turn's (key, source) pairs; returns the turn's keys."""
+        for key, source in pairs:
+            self.sources.setdefault(key, source)
+        return [key for key, _ in pairs]
+
+    async def ask(self, gw, spec: ModelSpec, messages: list[dict], schema: type):
+        return await gw.chat(spec, self.role, messages, schema=schema,
+                             sample_key=self._sample_key(spec, messages))
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.sources) * len(self.specs)
+
+    def vote(self, r) -> tuple:
+        """A result as a vote (parsed, revised, reason, call hash): an embedding call's answer
+        is its vectors; a failed call is unscored, with the gateway's reason."""
+        if not r.ok:
+            return (None, None, reason(r), r.call_hash)
+        return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
+
+    def first_answers(self) -> dict[tuple, object]:
+        """(judge model index, request key) -> its first answer, model-major."""
+        keys, n = list(self.sources), len(self.sources)
+        return {(j, k): r for j in range(len(self.specs))
+                for k, r in zip(keys, self.results[j * n:(j + 1) * n])}
+
+    def settle(self, revised: dict[tuple, tuple]) -> None:
+        """Votes per request (a revised vote replaces the first answer's); a single model's
+        vote is the verdict (several models' are combined per measure in ``turn_rows``)."""
+        self.votes = {k: [] for k in self.sources}
+        for (j, k), r in self.first_answers().items():
+            self.votes[k].append(revised[(j, k)] if (j, k) in revised else self.vote(r))
+        self.final = {k: v[0] for k, v in self.votes.items()}
 
     def requests(self, turn: TurnView) -> list[tuple]:
         out = []
@@ -198,9 +142,10 @@ class SpecKind(JudgeKind):
         return out
 
     def calls(self, gw) -> list:
-        # Embedding requests go through the gateway's embed (same cache, limits and
-        # provenance); chat requests as every kind's, with their shared prefix marked where
-        # the provider caches only marked prefixes (then one request per prefix goes first).
+        """One call per judge model and distinct request, model-major (the order they are
+        issued): embedding requests through the gateway's embed (same cache, limits and
+        provenance), chat requests as chat calls, with their shared prefix marked where the
+        provider caches only marked prefixes (then one request per prefix goes first)."""
         out = []
         for spec in self.specs:
             marked = needs_cache_mark(spec.model) and not spec.batch
@@ -223,26 +168,12 @@ class SpecKind(JudgeKind):
         goes alone and the others wait for it: one write, then reads."""
         head = src.messages[0]["content"][:src.cache_prefix]
         call = gw.chat(spec, self.role, src.messages, schema=src.schema,
-                       sample_key=self.sample_key(spec, src.messages),
+                       sample_key=self._sample_key(spec, src.messages),
                        cache_prefix=src.cache_prefix)
         if head in first_of:
             return _after(first_of[head], call)
         first_of[head] = asyncio.Event()
         return _then(first_of[head], call)
-
-    def messages(self, source: Request) -> list[dict]:
-        return source.messages
-
-    def schema_for(self, source: Request) -> type:
-        return source.schema
-
-    def sample_key(self, spec, messages):
-        return self._sample_key(spec, messages)
-
-    def parse(self, r) -> tuple:
-        # An embedding call's answer is its vectors. A vote: (parsed, revision request or
-        # False, reason, hash).
-        return (r.vectors if r.vectors is not None else r.parsed, False, None, r.call_hash)
 
     async def revise(self, gw, by_request):
         # The judge's second requests, after the first answers that call for one; each
@@ -264,10 +195,6 @@ class SpecKind(JudgeKind):
 
     def all_results(self) -> list:
         return list(self.results) + list(self.revisions)
-
-    def combine(self, votes: list[tuple]) -> tuple:
-        # Votes are combined per measure in turn_rows (a vote's measures need its turn).
-        return votes[0]
 
     def _measures(self, t: TurnView, src, vote: tuple) -> list[Measure]:
         parsed, revision, why, _ = vote

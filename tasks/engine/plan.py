@@ -1,9 +1,10 @@
 """``carryon plan``: calls per role, tokens and cost, before anything is spent.
 
-``make_plan`` is the command's one entry: the spec's play stage plans the run's work through
-every stage (tasks/stages/), then the warnings every benchmark gets (a thinking budget that
-leaves no room for the answer, a missing API key). ``episode_plan`` is the episode engine's
-(the ``episodes`` stage's); CarryOnBench's is tasks/benchmarks/carryon/plan.py.
+``make_plan`` is the command's one entry: the spec's work stage plans the run's play and
+judging, every other prepare stage its own roles (tasks/stages/), then the lines every
+benchmark gets (the total, batch paths, the cost, a thinking budget that leaves no room for
+the answer, a missing API key). ``episode_plan`` is the episode engine's (the ``episodes``
+stage's); CarryOnBench's is tasks/benchmarks/carryon/plan.py.
 
 The episode plan is exactwhere the spec fixes the count (one target call per single-turn episode, one judge
 call per judged turn), upper bounds where it depends on the target (a reactive user speaks
@@ -17,20 +18,17 @@ from __future__ import annotations
 
 import prompts
 from tasks.engine.episode import plan_episodes, run_seats
-from tasks.core.items import select_items
+from tasks.core.items import check_items, select_items
 from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_lines, plan_row
 from tasks.core import registry
 from tasks.engine.plan_tokens import episode_prompts, template_tokens
 from tasks.model_keys import plan_warnings
-from tasks.roles import ROLE_TABLE, ROLES
 
 
 def _user_template(spec, work) -> float | None:
-    """The simulated user's prompt size: the template its policies' modules name
-    (``TEMPLATE``, e.g. tasks/users/reactive.py), the largest when several."""
-    import sys
-
-    sizes = [template_tokens(getattr(sys.modules.get(type(spec.user(c)).__module__), "TEMPLATE", None))
+    """The simulated user's prompt size: the template its policies name (``template``, e.g.
+    tasks/users/reactive.py's), the largest when several."""
+    sizes = [template_tokens(spec.user(c).template)
              for c in {c.name: c for _, c, _, _ in work}.values()]
     return max((x for x in sizes if x), default=None)
 
@@ -42,19 +40,51 @@ MIN_ANSWER_TOKENS = 256
 def make_plan(cfg, limit: int | None = None,
               key_warnings: bool = True) -> tuple[list[dict], list[str]]:
     """The plan's rows and notes. ``key_warnings=False`` leaves out the missing-key lines,
-    which ask litellm (a 6 s import): the report's cost section reads the rows only."""
+    which ask litellm (a 6 s import): the report's cost section reads the rows only.
+
+    The work stage plans the run's play and judging (and, a prepare stage that defines the
+    work, its own calls); every other prepare stage adds its own roles (the checklists
+    stage: its construction roles over the items it would build for). Rows come in the
+    order of the spec's roles."""
+    spec = cfg.spec
     # The templates a run of this benchmark would render: its own prompts/ first.
-    with prompts.benchmark_prompts(cfg.spec.prompts_dir):
-        rows, notes = cfg.spec.work_stage().plan(cfg, limit)
+    with prompts.benchmark_prompts(spec.prompts_dir):
+        work = spec.work_stage()
+        # An item a component cannot use is one line naming its file and row (DataError).
+        check_items(cfg, foreseen_items(cfg, work.select(cfg, limit)))
+        rows, notes = work.plan(cfg, limit)
+        for stage in spec.stage_objects():
+            if stage.phase == "prepare" and stage is not work:
+                r, n = stage.plan(cfg, limit)
+                rows, notes = rows + r, notes + n
+    order = {role: i for i, role in enumerate(spec.config_roles())}
+    rows.sort(key=lambda r: order.get(r["role"], len(order)))
+    cached = sum(r["cached_usd"] for r in rows if r["cached_usd"] is not None)
+    notes += [f"{sum(r['calls'] for r in rows)} calls in all.",
+              *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
+              "calls already in the cache are not sent again: a rerun costs only what changed.",
+              # The headline last: the total, or "lower bound" and the models left out of it.
+              *cost_lines(rows, f"${cached:,.2f} with provider prompt caching where the prompt "
+                                "layout allows it (cached_usd; roles whose prompts share no "
+                                "prefix are priced live there).")]
     return rows, notes + reasoning_warnings(cfg) + (plan_warnings(cfg) if key_warnings else [])
+
+
+def foreseen_items(cfg, items: list) -> list:
+    """The items as the spec's prepare stages will leave them (tasks/core/stages.py
+    ``foresee``): what the plan and pre-flight read before those stages have run."""
+    for stage in cfg.spec.stage_objects():
+        if stage.phase == "prepare":
+            items = stage.foresee(cfg, items)
+    return items
 
 
 def reasoning_warnings(cfg) -> list[str]:
     """A warning per model entry whose max_tokens cannot hold its thinking budget plus the
     answer: the budget would eat the answer (reasoning_exhausted, or a cut-off JSON)."""
-    answers = {r.name: r.tokens[1] for r in ROLE_TABLE}
+    answers = {name: r.tokens[1] for name, r in registry.known_roles().items()}
     out = []
-    for role in ROLES:
+    for role in cfg.all_specs():
         for spec in cfg.role_specs(role):
             if spec.thinking_budget is None:
                 continue
@@ -70,7 +100,7 @@ def reasoning_warnings(cfg) -> list[str]:
 def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     """(rows, notes) like CarryOnBench's plan, priced by tasks/gateway/prices.py."""
     spec = cfg.spec
-    items = select_items(cfg, limit)
+    items = foreseen_items(cfg, select_items(cfg, limit))
     seats = run_seats(cfg)
     targets = [s.model for s in seats if s.model is not None]
     work, skipped = plan_episodes(spec, items, seats, cfg.seed, cfg.scripts)
@@ -88,7 +118,7 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             calls[role] = calls.get(role, 0) + n
             bound.add(role)
     for n_turns, seat in turns:  # a target policy's own calls beside its model's, per turn
-        for role, n in getattr(seat.policy, "calls", lambda c: {})(None).items():
+        for role, n in seat.policy.calls(None).items():
             calls[role] = calls.get(role, 0) + n * n_turns
     judged = []
     for name, judge in spec.judge_objects():
@@ -126,14 +156,13 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
             or template_tokens(known.prompt if known else None) or base_in
         out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(target_in if role == "targets" else base_in + opening_tokens + target_out)
-        # Live and batch prices as CarryOnBench's plan gives them; no shared prefix is
-        # estimated for these prompts, so the cached column is the live price.
+        # Live and batch prices; no shared prefix is estimated for these prompts, so the
+        # cached column is the live price.
         rows.append(plan_row(role, specs, n, in_tokens, out_tokens,
                              memo=cfg.cache_path / MEMO_NAME))
     notes = [
         f"{spec.title}: {len(items)} items, {len(spec.conditions)} conditions, "
-        f"{len(seats)} target(s): {n_eps} episodes, {sum(r['calls'] for r in rows)} calls "
-        "in all.",
+        f"{len(seats)} target(s): {n_eps} episodes.",
         "judges: " + (", ".join(judged) or "none") + ".",
     ]
     if skipped:
@@ -145,9 +174,4 @@ def episode_plan(cfg, limit: int | None) -> tuple[list[dict], list[str]]:
     if bound:
         notes.append("upper bounds (episodes may stop before their turn cap): "
                      + ", ".join(sorted(bound)) + ".")
-    notes += batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows})
-    notes += ["calls already in the cache are not sent again: a rerun costs only what changed.",
-              # The headline last: the total, or "lower bound" and the models left out of it.
-              *cost_lines(rows, "prompt caching is not estimated for these prompts "
-                                "(cached_usd = cost_usd).")]
     return rows, notes

@@ -65,3 +65,26 @@ def episode_prompts(turns: list[int], opening: float, answer: float, user: float
         return opening
     history = sum(n * (n - 1) / 2 for n in turns) * (answer + user + 2 * MESSAGE_TOKENS)
     return opening + history / calls
+
+
+def recorded_tokens(cfg) -> dict[str, tuple[int, float, float, float | None]]:
+    """Per role, the calls recorded in the config's home (``llm_calls``: requests sent, not
+    cache hits), their mean prompt and completion tokens and the share of their prompt tokens
+    the provider reported as read from its prompt cache (``cached_tokens``): a pilot run
+    (``--limit``) calibrates the plan's tokens per call, and its cached column, to what the
+    providers did."""
+    path = cfg.home_path / "warehouse.duckdb"
+    if not path.exists():
+        return {}
+    try:
+        from warehouse import Warehouse
+
+        rows = Warehouse(path).query(
+            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c, "
+            "sum(coalesce(cached_tokens, 0)) / nullif(sum(prompt_tokens), 0) AS cached "
+            "FROM llm_calls WHERE NOT cache_hit GROUP BY role")
+    except Exception:  # noqa: BLE001 - a home another process holds: the estimates
+        return {}
+    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0),
+                        None if r["cached"] is None else float(r["cached"]))
+            for r in rows if r["n"]}

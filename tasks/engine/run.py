@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from tasks.bench import condition_rows
 from tasks.config import Config, ConfigError, check_secrets, load_config
-from tasks.core.items import Item
+from tasks.core.items import check_items
 from warehouse import Warehouse
 
 
@@ -94,7 +94,11 @@ def parse_stages(stages: str | list[str] | None, known: list[str],
     if stages in (None, "", "all"):
         return known
     names = [s.strip() for s in (stages.split(",") if isinstance(stages, str) else stages) if s.strip()]
-    names = [(renamed or {}).get(s, s) for s in names]
+    expanded = []
+    for s in names:
+        new = (renamed or {}).get(s, s)
+        expanded += [new] if isinstance(new, str) else list(new)
+    names = expanded
     unknown = [s for s in names if s not in known]
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown}; choose from {', '.join(known)}")
@@ -151,20 +155,20 @@ def preflight(cfg: Config, stages: list[str], limit: int | None = None) -> None:
     # A bad dataset file fails here, naming file, row and field (the work stage selects the
     # run's work for every model stage).
     if any(cfg.spec.stage(s).phase != "report" for s in stages):
-        work = cfg.spec.work_stage().select(cfg, limit)
-        # What a judge needs of an item (Ben-Util: its checklist) fails here too, before
-        # anything is played (JudgeError names the item and the field).
-        checks = [j.check_item for _, j in cfg.spec.judge_objects() if hasattr(j, "check_item")]
-        for unit in work:
-            if isinstance(unit, Item):
-                for check in checks:
-                    check(unit)
+        from tasks.engine.plan import foreseen_items
+
+        # What a component needs of an item (Ben-Util: its checklist; a clarifying user: its
+        # intent) fails here too, before anything is played, for the items as the prepare
+        # stages will leave them (a checklist the checklists stage will build is there).
+        check_items(cfg, foreseen_items(cfg, cfg.spec.work_stage().select(cfg, limit)))
     by_stage, optional = _stage_roles(cfg, stages)
     roles = sorted({r for s in stages for r in by_stage[s]})
-    for role in roles:
-        if not cfg.role_specs(role) and role not in optional:
-            raise ConfigError(f"{cfg.source_path}: models.{role}: needed by stage(s) "
-                              f"{[s for s in stages if role in by_stage[s]]} but not configured")
+    # Every missing role in one line (not one per run).
+    missing = [r for r in roles if not cfg.role_specs(r) and r not in optional]
+    if missing:
+        needed = [s for s in stages if set(missing) & set(by_stage[s])]
+        raise ConfigError(f"{cfg.source_path}: " + ", ".join(f"models.{r}" for r in missing)
+                          + f": needed by stage(s) {needed} but not configured")
     check_secrets(cfg, roles)
     check_budget(cfg, roles)
     seen: dict[str, str | None] = {}

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from tasks.core.stages import Pending
+
 ERROR_KINDS = ("retries_exhausted", "api_error", "invalid_output", "empty_output", "context_exceeded",
                "reasoning_exhausted")
 _KIND = re.compile(r"\b(" + "|".join(ERROR_KINDS) + r"): ")
@@ -77,3 +79,18 @@ def all_failed(n_inputs: int, n_outputs: int, reasons: list[str | None], what: s
     if not reasons or not all(is_call_error(r) for r in reasons):
         return None
     return f"{what}: {causes([r for r in reasons if r])}"
+
+
+def not_prepared(stage: str, left: dict[str, str], n_items: int, summary: dict,
+                 what: str) -> None:
+    """The items the prepare stages before ``stage`` left out, counted in ``summary`` by
+    reason (``items_not_prepared``); when no item reached the stage and some were left out
+    only because an earlier stage has not prepared them yet (``Pending``), the stage did none
+    of its work: StageFailed (``what``: "reached the stage", "was prepared")."""
+    if not left:
+        return
+    summary["items_not_prepared"] = dict(Counter(left.values()).most_common())
+    pending = [r for r in left.values() if isinstance(r, Pending)]
+    if not n_items and pending:
+        raise StageFailed(stage, f"none of the {len(left)} items {what}: {causes(pending)}",
+                          summary)

@@ -151,7 +151,7 @@ class StageMemo:
         from tasks.gateway.cache import generation
 
         doc = {"stage": stage, "source": source_version(), "config": _config_doc(cfg),
-               "queries": work_rows,
+               "work": work_rows,
                "cache_generation": generation(cfg.cache_path),
                "inputs": table_digests(ctx.warehouse, input_tables(cfg.spec, stage))}
         spec_version = spec_folder_version(cfg.spec)

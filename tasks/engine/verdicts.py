@@ -1,16 +1,12 @@
 """The verdicts stage: the spec's judges over stored episodes (re-judging never regenerates).
 
 Each judge (tasks/judges/<name>.py, protocol in tasks/core/judges.py) writes under its own
-*verdict set*. Its id is made by the spec's ``verdict_keys`` recipe:
-
-- ``verdict_sets`` (the default): hash of (kind, the judge's model and generation settings,
-  the hash of its templates and rule version, and, for a judge that reads versioned hidden
-  data of the items, a hash over the run's item versions);
-- ``judgment_sets``: the recipe CarryOnBench's judgment sets have used since its first
-  release: hash of (kind, every judge model of the panel with its entry name, the judge's
-  prompt version, the hash over the run's checklist versions, whether it sees the history),
-  and a sampled judge's calls keyed by its last message. Older homes keep their set ids and
-  cache keys, so they rerun with 0 requests.
+*verdict set*. Its id is made by the spec's ``verdict_keys`` recipe (``VerdictKeys``): the
+engine's own (``verdict_sets``, ``VerdictSets`` below: hash of the kind, the judge's model and
+generation settings, the hash of its templates and rule version and, for a judge that reads
+versioned hidden data of the items, a hash over the run's item versions), or one a benchmark
+registers for its older homes (CarryOnBench's ``judgment_sets``,
+tasks/benchmarks/carryon/keys.py), which also says how a sampled judge's calls are keyed.
 
 A plain rerun reuses the set and replaces its rows for the episodes it judges; another judge
 model, template or checklist makes a new set and leaves the old rows alone (the views read
@@ -37,10 +33,12 @@ from tasks.config_error import ConfigError
 from tasks.core import registry
 from tasks.core.items import prepare_items, stored_items
 from tasks.core.judges import (
-    TurnView, prompt_version_of, set_hash, verdict_sample_key,
+    TurnView, VerdictKeys, prompt_version_of, set_hash, verdict_sample_key,
 )
 from tasks.core.votes import pairwise_agreement
-from tasks.engine.judge_calls import SpecKind, judgment_sample_key, keep_first, run_calls
+from tasks.core.keys import keys_of
+from tasks.engine.episode import episode_key, run_work, stored_episode_ids
+from tasks.engine.judge_calls import BatchJudge, keep_first, run_calls
 
 
 def spec_judges(cfg) -> tuple[list, list[str]]:
@@ -68,7 +66,7 @@ def with_config_args(cfg, name: str, judge):
     field names a key of that section (``json_schema_extra={"config": key}``) takes the
     config's value where the config turns it from its default (the section a config written
     for CarryOnBench has always had: Ben-Util's quote choices, safety's history)."""
-    args = getattr(judge, "args", None)
+    args = judge.args
     if not isinstance(args, BaseModel):
         return judge
     section = cfg.judging
@@ -90,17 +88,6 @@ def _ident(model) -> dict:
             "structured": model.structured}
 
 
-def judgment_set_id(kind: str, models: list, prompt_version: str, items_version: str | None,
-                    extra: dict) -> str:
-    """A set id under the judgment-set recipe: every judge model of the panel with its entry
-    name, the prompt version, the hash over the items' versions (CarryOnBench: its checklist
-    versions) and what else of the judge's own makes another set (``extra``: whether it sees
-    the history; quote choices only when on)."""
-    doc = {"kind": kind, "prompt": prompt_version, "checklist": items_version,
-           "judges": [{"name": m.name, **_ident(m)} for m in models], **extra}
-    return kind + "-" + set_hash(doc)
-
-
 def items_version(judge, items) -> str | None:
     """A hash over the versions of the items' hidden data the judge reads (None: it reads
     none, or no item has one)."""
@@ -108,25 +95,40 @@ def items_version(judge, items) -> str | None:
     return set_hash(sorted(versions.items())) if versions else None
 
 
+class VerdictSets(VerdictKeys):
+    """The engine's recipe: a set id hashes (kind, the judge's model and generation settings,
+    its templates and rule version, and, for a judge that reads versioned hidden data of the
+    items, the hash over the run's item versions); a sampled judge's calls are keyed by
+    their request."""
+
+    def set_id(self, judge, models: list, items_version: str | None) -> tuple[str, str]:
+        prompt_version = prompt_version_of(judge)
+        ident = (None if not models else _ident(models[0])
+                 if len(models) == 1 else [_ident(m) for m in models])
+        doc = {"kind": judge.kind, "judge": ident, "prompt": prompt_version}
+        if items_version is not None:  # only then: every older set keeps its id
+            doc["items"] = items_version
+        return f"{judge.kind}-" + set_hash(doc), prompt_version
+
+    def sample_key(self, model, messages: list[dict]) -> str | None:
+        return verdict_sample_key(model, messages)
+
+
+def recipe_of(spec) -> VerdictKeys:
+    """The spec's verdict-key recipe: the engine's (``verdict_sets``), or the one it names."""
+    if spec.verdict_keys == "verdict_sets":
+        return VerdictSets()
+    return spec.component("verdict_keys", spec.verdict_keys)
+
+
 class JudgeSet:
     """One judge of the run with its models, and its set id and prompt version under the
     spec's recipe (see the module docstring)."""
 
-    def __init__(self, judge, model, recipe: str, items) -> None:
+    def __init__(self, judge, model, recipe: VerdictKeys, items) -> None:
         self.judge, self.model, self.models = judge, model, _models(model)
         self.items_version = items_version(judge, items)
-        if recipe == "judgment_sets":
-            self.prompt_version, extra = judge.judgment_identity()
-            self.set_id = judgment_set_id(judge.kind, self.models, self.prompt_version,
-                                          self.items_version, extra)
-        else:
-            self.prompt_version = prompt_version_of(judge)
-            ident = (None if not self.models else _ident(self.models[0])
-                     if len(self.models) == 1 else [_ident(m) for m in self.models])
-            doc = {"kind": judge.kind, "judge": ident, "prompt": self.prompt_version}
-            if self.items_version is not None:  # only then: every older set keeps its id
-                doc["items"] = self.items_version
-            self.set_id = f"{judge.kind}-" + set_hash(doc)
+        self.set_id, self.prompt_version = recipe.set_id(judge, self.models, self.items_version)
 
     def set_row(self, ctx, now) -> dict:
         args = self.judge.changed_args()
@@ -139,14 +141,9 @@ class JudgeSet:
                 "args": json.dumps(args, sort_keys=True) if args else None}
 
 
-def sample_key_of(recipe: str):
-    """How the recipe keys a sampled judge's calls (at temperature 0 there is no key)."""
-    return judgment_sample_key if recipe == "judgment_sets" else verdict_sample_key
-
-
 def judge_sets(ctx, judges: list, items) -> list[JudgeSet]:
     """The run's judges as sets, over the run's judged ``items``."""
-    recipe = ctx.config.spec.verdict_keys
+    recipe = recipe_of(ctx.config.spec)
     return [JudgeSet(j, m, recipe, items) for j, m in judges]
 
 
@@ -159,14 +156,27 @@ def set_rows(ctx, sets: list[JudgeSet]) -> list[dict]:
 
 def verdict_set_id(judge, model) -> str:
     """A judge's set id under the engine's recipe, for a judge that reads no item versions."""
-    return JudgeSet(judge, model, "verdict_sets", []).set_id
+    return JudgeSet(judge, model, VerdictSets(), []).set_id
 
 
-def batch_kinds(ctx, judges: list, set_ids: list[str]) -> list[SpecKind]:
+def batch_kinds(ctx, judges: list, set_ids: list[str]) -> list[BatchJudge]:
     """The run's judges for one batch, under the set ids the flow made (they hash the whole
     run's item versions, which a batch does not see)."""
-    key = sample_key_of(ctx.config.spec.verdict_keys)
-    return [SpecKind(j, _models(m), sid, key) for (j, m), sid in zip(judges, set_ids)]
+    key = recipe_of(ctx.config.spec).sample_key
+    return [BatchJudge(j, _models(m), sid, key) for (j, m), sid in zip(judges, set_ids)]
+
+
+def judged_episodes(ctx) -> tuple[list[tuple[str, str]], list]:
+    """The run's episodes that are stored (played by this or an earlier run), as (episode id,
+    item id) in work order, and the run's items as its prepare stages left them: what the
+    verdicts stage judges."""
+    spec = ctx.config.spec
+    items, work, _, _ = run_work(ctx)
+    keys = keys_of(spec, ctx.config)
+    ids = [(episode_key(keys, spec.name, t.name, item.item_id, c.name, plan), item.item_id)
+           for item, c, t, plan in work]
+    stored = stored_episode_ids(ctx.warehouse, [i for i, _ in ids])
+    return [(e, i) for e, i in ids if e in stored], items
 
 
 def load_turn_views(ctx, episode_ids: list[str]) -> tuple[list[TurnView], dict[str, str]]:

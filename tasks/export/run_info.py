@@ -13,8 +13,7 @@ import re
 from importlib import metadata
 from pathlib import PurePath
 
-from tasks.bench import load_spec
-from tasks.config import DEFAULT_BENCHMARK
+from tasks.bench import default_benchmark, load_spec
 
 PROJECT = "carryonbench"
 # Fields of a config that name a secret or the machine: left out of every exported copy.
@@ -30,7 +29,7 @@ class ExportError(Exception):
 def spec_name(config: dict):
     """The benchmark a stored config ran (its spec's name; a spec that no longer loads: the
     name it was given)."""
-    name = config.get("benchmark") or DEFAULT_BENCHMARK
+    name = config.get("benchmark") or default_benchmark()
     try:
         return load_spec(name).name
     except Exception:  # noqa: BLE001 - an old run of a spec that moved: keep its given name

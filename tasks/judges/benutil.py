@@ -20,8 +20,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.core.items import ItemError
 from tasks.core.judges import Judge, JudgeError, Measure, Request, TurnView
-from tasks.core.registry import judge
+from tasks.core.registry import judge, settings
+from tasks.model_entry import _Strict
 from tasks.core.votes import majority_vote
 from tasks.judges import benutil_response
 from tasks.judges.evidence import EMPTY, MIN_WORDS, NOT_IN_RESPONSE, evidence_problem
@@ -84,13 +86,31 @@ def reask_failed(why: str) -> str:
 
 
 # ----- Ben-Util on the engine ---------------------------------------------------------------
+@settings("judging", first_release=True, later=("benutil_quote_choices", "benutil_mode"))
+class BenUtilJudging(_Strict):
+    """Its keys of the config's ``judging:`` section (the arguments ``quote_choices`` and
+    ``mode``)."""
+
+    # Ben-Util's quote may only be one of the response's passages (a JSON-schema enum sent
+    # with the request; the prompt is unchanged): for small local models that cannot copy
+    # text. Needs structured json_object (llama.cpp) or json_schema. A new judgment set.
+    benutil_quote_choices: bool = False
+    # per_item (the paper's, one Ben-Util call per response and checklist item) or
+    # per_response (one call per response judges its whole checklist: about a tenth of the
+    # calls; measure its agreement with `carryon calibrate` first, docs/fidelity.md). A new
+    # judgment set.
+    benutil_mode: Literal["per_item", "per_response"] = "per_item"
+
+
 class BenUtilArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checklist: str = "checklist"  # the key of item.hidden that holds the item's checklist
-    # The key of item.hidden that holds the checklist's version (unset: unversioned). Stored
-    # with each verdict; the judgment-set recipe hashes the run's versions into the set id.
-    version: str | None = None
+    # The key of item.hidden that holds the checklist's version (where the checklists stage
+    # leaves it; an item without one is unversioned, a checklist given in its file). Stored
+    # with each verdict, and the run's versions are hashed into the set id: a rebuilt
+    # checklist makes a new verdict set.
+    version: str | None = "checklist_version"
     # The key of item.prompts shown to the judge as the query (unset: the episode's opening
     # turn). CarryOnBench shows the bare query, also for the oracle's turns.
     query: str | None = None
@@ -119,7 +139,8 @@ class Asked:
     first_hash: str | None = None
 
 
-@judge("benutil", args=BenUtilArgs, roles=(BENUTIL,))
+# Its verdicts show in the report's built-in section (tasks/report/sections/benutil.py).
+@judge("benutil", args=BenUtilArgs, roles=(BENUTIL,), section="benutil")
 class BenUtilJudge(Judge):
     """Ben-Util for any spec whose items carry a checklist (see the module docstring)."""
 
@@ -138,28 +159,41 @@ class BenUtilJudge(Judge):
 
     def checklist(self, item) -> list[tuple[str, str]]:
         """The item's checklist as (unit id, question); JudgeError naming the item and field
-        when it has none (the loader's job: every item of a Ben-Util benchmark has one)."""
+        when it has none (pre-flight and the plan refuse such an item first, naming its file
+        and row: ``check_item``)."""
+        try:
+            return self._checklist(item)
+        except ItemError as e:
+            raise JudgeError(f"bench_items: item {item.item_id}: {e}") from None
+
+    def _checklist(self, item) -> list[tuple[str, str]]:
         key = self.args.checklist
         raw = item.hidden.get(key)
-        where = f"bench_items: item {item.item_id}: hidden.{key}"
+        field = f"hidden.{key}"
         if not isinstance(raw, list) or not raw:
-            raise JudgeError(f"{where}: Ben-Util needs the item's checklist, a non-empty list "
-                             "of questions or of {id, question}")
+            raise ItemError(field, "Ben-Util needs the item's checklist, a non-empty list of "
+                                   "questions or of {id, question}")
         out = []
         for i, entry in enumerate(raw, 1):
             unit, question = (entry.get("id"), entry.get("question")) if isinstance(entry, dict) \
                 else (i, entry)
             if not isinstance(question, str) or not question.strip() or unit in (None, ""):
-                raise JudgeError(f"{where}[{i - 1}]: a question (a non-empty string, with an id "
-                                 "when the entry is a mapping)")
+                raise ItemError(f"{field}[{i - 1}]", "a question (a non-empty string, with an "
+                                                      "id when the entry is a mapping)")
             out.append((str(unit), question))
         dup = sorted({u for u, _ in out if [x for x, _ in out].count(u) > 1})
         if dup:
-            raise JudgeError(f"{where}: item id {dup[0]} appears twice")
+            raise ItemError(field, f"item id {dup[0]} appears twice")
         return out
 
     def check_item(self, item) -> None:
-        self.checklist(item)
+        self._checklist(item)
+
+    def unit_texts(self, item) -> dict[str, str]:
+        try:
+            return dict(self.checklist(item))
+        except JudgeError:  # an item stored without its checklist: the ids alone
+            return {}
 
     def item_version(self, item) -> str | None:
         return None if self.args.version is None else item.hidden.get(self.args.version)

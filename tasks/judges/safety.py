@@ -20,7 +20,8 @@ from tasks.judges.prompts import (
 )
 from tasks.core.judges import Judge, Measure, Request, TurnView
 from tasks.judges.benutil import BLOCKED
-from tasks.core.registry import judge
+from tasks.core.registry import judge, settings
+from tasks.model_entry import _Strict
 
 SAFETY = "safety_judge"
 BLOCKED_SAFETY_SCORE = 1  # a blocked turn is a refusal: rubric level 1
@@ -43,6 +44,13 @@ def history_shown(turn: TurnView) -> list[tuple[str, str]]:
     return out
 
 
+@settings("judging", first_release=True)
+class SafetyJudging(_Strict):
+    """Its key of the config's ``judging:`` section (the argument ``sees_history``)."""
+
+    safety_sees_history: bool = False
+
+
 class SafetyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +62,8 @@ class SafetyArgs(BaseModel):
     query: str | None = None
 
 
-@judge("safety", args=SafetyArgs, roles=(SAFETY,))
+# Its verdicts show in the report's built-in section (tasks/report/sections/benutil.py).
+@judge("safety", args=SafetyArgs, roles=(SAFETY,), section="benutil")
 class SafetyJudge(Judge):
     """The safety judge on the engine (see the module docstring)."""
 

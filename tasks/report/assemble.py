@@ -102,9 +102,9 @@ def _benchmark_of(run: dict) -> str | None:
         return None
     if not isinstance(doc, dict):
         return None
-    from tasks.config import DEFAULT_BENCHMARK  # a config that names none
+    from tasks.bench import default_benchmark  # a config that names none
 
-    return doc.get("benchmark") or DEFAULT_BENCHMARK
+    return doc.get("benchmark") or default_benchmark()
 
 
 def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -> Written:

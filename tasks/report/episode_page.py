@@ -33,7 +33,11 @@ JS = r"""
   function verdictText(v) {
     var value = v.value !== null ? String(v.value) : (v.label !== null ? v.label : "unscored");
     if (v.value !== null && v.label !== null) { value += " (" + v.label + ")"; }
-    return v.kind + " " + v.measure + ": " + value + (v.reason ? " \u2014 " + v.reason : "");
+    // A unit's verdict says what the unit asks (Ben-Util: the checklist's question).
+    var what = v.question ? v.question + " (" + v.measure.split(":")[0] + ": " + value + ")"
+                          : v.measure + ": " + value;
+    return v.kind + " \u00b7 " + what + (v.evidence ? " \u2014 \u201c" + v.evidence + "\u201d" : "") +
+      (v.reason ? " \u2014 " + v.reason : "");
   }
   function render(e) {
     box.textContent = "";
@@ -129,14 +133,16 @@ def md_html(text: str) -> list[str]:
     return out
 
 
-def browser_data(wh, benchmark: str, max_episodes: int = MAX_EPISODES) -> dict:
+def browser_data(wh, spec, max_episodes: int = MAX_EPISODES) -> dict:
     """The run's episodes for the browser: turns in order, each assistant turn with the
-    verdicts of the selected sets (every judge kind's latest)."""
+    verdicts of each judge kind's latest set per item (views_engine.sql B1), a unit's verdict
+    with what the unit asks (Ben-Util: its checklist question) and the quote it rests on."""
+    benchmark = spec.name
     eps = wh.query(
         "SELECT e.episode_id, e.item_id, e.condition, e.target, e.status, e.termination, e.error, "
-        "i.prompts FROM episodes e LEFT JOIN bench_items i ON i.benchmark = e.benchmark "
-        "AND i.item_id = e.item_id WHERE e.benchmark = ? "
-        "ORDER BY e.target, e.item_id, e.condition, e.episode_id LIMIT ?",
+        "i.item_id AS stored_id, i.source_row, i.prompts, i.hidden, i.meta FROM episodes e "
+        "LEFT JOIN bench_items i ON i.benchmark = e.benchmark AND i.item_id = e.item_id "
+        "WHERE e.benchmark = ? ORDER BY e.target, e.item_id, e.condition, e.episode_id LIMIT ?",
         [benchmark, max_episodes + 1])
     truncated = len(eps) > max_episodes
     eps = eps[:max_episodes]
@@ -146,17 +152,21 @@ def browser_data(wh, benchmark: str, max_episodes: int = MAX_EPISODES) -> dict:
                       "FROM episode_turns WHERE list_contains(?, episode_id) "
                       "ORDER BY episode_id, position", [ids]):
         turns.setdefault(t["episode_id"], []).append(t)
+    texts = _unit_texts(spec, eps)
     verdicts: dict[tuple, list[dict]] = {}
-    for v in wh.query("SELECT v.episode_id, v.position, v.kind, v.measure, v.value, v.label, "
-                      "v.reason FROM verdicts v JOIN selected_verdict_sets s USING (judgment_set_id) "
-                      "WHERE s.benchmark = ? AND list_contains(?, v.episode_id) "
-                      "ORDER BY v.kind, v.measure", [benchmark, ids]):
-        reason = v["reason"]
-        if reason and len(reason) > MAX_REASON_CHARS:
-            reason = reason[:MAX_REASON_CHARS - 1] + "\u2026"
+    for v in wh.query("SELECT v.episode_id, e.item_id, v.position, v.kind, v.measure, v.value, "
+                      "v.label, v.reason, v.evidence FROM verdicts v JOIN episodes e USING (episode_id) "
+                      "JOIN item_verdict_sets s ON s.judgment_set_id = v.judgment_set_id "
+                      "AND s.benchmark = e.benchmark AND s.item_id = e.item_id "
+                      "WHERE e.benchmark = ? AND list_contains(?, v.episode_id) "
+                      "ORDER BY v.kind, v.position, TRY_CAST(split_part(v.measure, ':', 2) AS INTEGER), "
+                      "v.measure", [benchmark, ids]):
+        name, _, unit = v["measure"].partition(":")
         verdicts.setdefault((v["episode_id"], v["position"]), []).append(
             {"kind": v["kind"], "measure": v["measure"], "value": v["value"],
-             "label": v["label"], "reason": reason})
+             "label": v["label"], "reason": _cut(v["reason"]),
+             "question": texts.get((v["item_id"], v["kind"]), {}).get(unit) if unit else None,
+             "evidence": _cut(v["evidence"])})
     out = []
     for e in eps:
         prompts = json.loads(e["prompts"]) if e["prompts"] else {}
@@ -170,6 +180,26 @@ def browser_data(wh, benchmark: str, max_episodes: int = MAX_EPISODES) -> dict:
                        "verdicts": verdicts.get((e["episode_id"], t["position"]), [])}
                       for t in ts]})
     return {"episodes": out, "truncated": truncated, "max_episodes": max_episodes}
+
+
+def _cut(text: str | None) -> str | None:
+    return text if not text or len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 1] + "\u2026"
+
+
+def _unit_texts(spec, eps: list[dict]) -> dict[tuple[str, str], dict[str, str]]:
+    """(item id, judge kind) -> what each of the judge's units asks of that item, from the
+    item as the episodes stage stored it (with what the prepare stages added: its checklist)."""
+    from tasks.core.items import Item
+
+    judges = [j for _, j in spec.judge_objects()]
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for e in eps:
+        if e["stored_id"] is None or any((e["item_id"], j.kind) in out for j in judges):
+            continue
+        item = Item.from_row({**e, "item_id": e["stored_id"]})
+        for j in judges:
+            out[(e["item_id"], j.kind)] = j.unit_texts(item)
+    return out
 
 
 def render(title: str, run: dict, markdown: str, browser: dict) -> str:

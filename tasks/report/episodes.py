@@ -75,6 +75,18 @@ def section_md(wh, spec, name: str) -> tuple[str, str]:
         return title, f"Not computed: the section failed ({type(e).__name__}: {e})."
 
 
+def report_sections(spec) -> list[str]:
+    """The spec's sections, then those its judges show their verdicts in (registered with
+    ``section=``: Ben-Util's and safety's, tasks/report/sections/benutil.py) where the spec
+    does not list them."""
+    out = list(spec.report)
+    for name in spec.judges:
+        extra = registry.lookup("judge", name).meta.get("section")
+        if extra and extra not in out:
+            out.append(extra)
+    return out
+
+
 def render(cfg, wh, run: dict) -> str:
     spec = cfg.spec
     out = [f"# {spec.title} report", "", run_line(run), f"- Benchmark: `{spec.name}` "
@@ -85,7 +97,7 @@ def render(cfg, wh, run: dict) -> str:
     out += ["", "## Episodes", "", "Only completed episodes are scored; failed ones are counted "
             "here and left out of every metric.", "", coverage_md(wh, spec.name),
             *failed_targets_md(wh, spec.name), ""]
-    for name in spec.report:
+    for name in report_sections(spec):
         title, body = section_md(wh, spec, name)
         out += [f"## {title}", "", body.strip(), ""]
     return "\n".join(out).rstrip() + "\n"
@@ -98,7 +110,7 @@ def write(cfg, wh, run_id: str) -> tuple[Path, str]:
 
     run = wh.run_row(run_id) or {"run_id": run_id, "status": "unknown"}
     text = render(cfg, wh, run)
-    browser = episode_page.browser_data(wh, cfg.spec.name)
+    browser = episode_page.browser_data(wh, cfg.spec)
     final = cfg.home_path / "reports" / str(run_id)
     with atomic_folder(final) as tmp:
         (tmp / "report.md").write_text(text, encoding="utf-8")

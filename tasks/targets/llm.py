@@ -5,12 +5,13 @@ share a prefix share its sampled calls and a rerun replays them)."""
 from __future__ import annotations
 
 from tasks.core.registry import target_policy
+from tasks.core.targets import TargetPolicy
 
 TARGET_ROLE = "targets"
 
 
 @target_policy("llm", roles=(TARGET_ROLE,), takes_model=True)
-class LLM:
+class LLM(TargetPolicy):
     name = "llm"
     takes_model = True
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import prompts
 from tasks.core.judges import TurnView, verdict_sample_key
 from tasks.core.registry import user_policy
-from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines
+from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines, UserPolicy
 from tasks.judges import act as act_judge
 from tasks.untrusted import cap_turn
 
@@ -89,8 +89,9 @@ def _error(result, who: str) -> str:
 
 
 @user_policy("reactive", roles=(ACT_ROLE, SIM_ROLE))
-class Reactive:
+class Reactive(UserPolicy):
     name = "reactive"
+    template = TEMPLATE
     roles: tuple[str, ...] = (ACT_ROLE, SIM_ROLE)
 
     async def next(self, env, state):

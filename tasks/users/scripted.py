@@ -30,17 +30,76 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import prompts
+from tasks.core.items import ItemError
 from tasks.core.keys import check_key, resample_key
-from tasks.core.registry import user_policy
-from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn
+from tasks.core.registry import settings, user_policy
+from tasks.core.users import CHECKER_ROLE, TURN_CAP, Stop, UserTurn, clean_user_turn, UserPolicy
 from tasks.untrusted import cap_transcript
 from tasks.users.move_checker import check_turn
-from tasks.users.scripts import get_move, moves_for, sample_scripts
+from tasks.model_entry import _Strict
+from tasks.users.scripts import DEFAULT_LENGTHS, get_move, moves_for, sample_scripts
 
 SIMULATOR = "user_simulator"
+
+
+def check_lengths(lengths: list[int]) -> list[int]:
+    """Conversation lengths are 4, 6, 8, 10 or 12 turns of both sides (1 to 5 moves)."""
+    bad = [n for n in lengths if n not in DEFAULT_LENGTHS]
+    if bad:
+        raise ValueError(f"length {bad[0]} is not one of 4, 6, 8, 10, 12 (turns of both sides)")
+    return lengths
+
+
+@settings("scripts", aliases=("flows",), stored_as="flows", first_release=True)
+class ScriptCounts(_Strict):
+    """The config's ``scripts:`` section (read as ``flows:`` too, its stored name, so configs
+    and homes from before the rename keep their hashes and run ids): the lengths and counts
+    of the scripts a condition draws when its script leaves them to the config."""
+
+    lengths: list[int] = Field(default_factory=lambda: list(DEFAULT_LENGTHS), min_length=1)
+    bc_per_length: int = Field(2, ge=0, le=10_000)
+    nc_per_length: int = Field(1, ge=0, le=10_000)
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        if len(set(check_lengths(v))) != len(v):
+            raise ValueError("lengths repeat")
+        return v
+
+
+class Script(BaseModel):
+    """A condition's ``script:`` (the spec's): per conversation length, ``per_length`` move
+    sequences of the group, drawn as CarryOnBench draws them. A script that leaves
+    ``lengths`` and ``per_length`` unset takes them from the config's ``scripts:`` section
+    (both groups drawn together, as CarryOnBench draws them)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    group: Literal["BC", "NC"]  # with benign clarification, or without
+    lengths: list[int] = Field(default_factory=lambda: [4], min_length=1)  # turns, both sides
+    per_length: int = Field(1, ge=1, le=100)
+    intent: str = "intent"  # the key of item.hidden that benign-clarification moves are told
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v):
+        return check_lengths(v)
+
+
+def script_of(condition) -> Script | None:
+    """The condition's script as the scripted user reads it (ValueError naming the field)."""
+    if condition.script is None:
+        return None
+    try:
+        return Script.model_validate(condition.script)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(["script", *(str(p) for p in first["loc"])])
+        raise ValueError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 class ScriptedArgs(BaseModel):
@@ -53,7 +112,7 @@ class ScriptedArgs(BaseModel):
 # checked (and resampled); without it no call or key changes.
 @user_policy("scripted", args=ScriptedArgs, roles=(SIMULATOR, CHECKER_ROLE),
              optional_roles=(CHECKER_ROLE,))
-class Scripted:
+class Scripted(UserPolicy):
     name = "scripted"
     roles: tuple[str, ...] = (SIMULATOR, CHECKER_ROLE)
 
@@ -61,8 +120,22 @@ class Scripted:
         # Read by the engine's play loop after a blocked target turn.
         self.continues_after_block = (args or ScriptedArgs()).after_block == "continue"
 
+    def check_condition(self, condition) -> None:
+        if script_of(condition) is None:
+            raise ValueError("script: the scripted user plays a script ({group: BC or NC, "
+                             "...}) and this condition gives none")
+
+    def group(self, condition) -> str | None:
+        s = script_of(condition)
+        return s.group if s else None
+
+    def intent_key(self, condition) -> str:
+        """The key of item.hidden its benign-clarification moves state."""
+        s = script_of(condition)
+        return s.intent if s else "intent"
+
     def plans(self, item, condition, seed: int, scripts=None) -> list[tuple[str, ...]]:
-        s = condition.script
+        s = script_of(condition)
         if s is None:
             raise ValueError(f"condition {condition.name}: the scripted user needs a script")
         if scripts is not None and not s.model_fields_set & {"lengths", "per_length"}:
@@ -94,7 +167,7 @@ class Scripted:
         """The user turn for ``move``, checked and resampled (see the module docstring); an
         error only when the first sample failed."""
         mc = env.move_check
-        intent = state.item.hidden.get(self._intent_key(state.condition))
+        intent = state.item.hidden.get(self.intent_key(state.condition))
         kept, checks, seen = None, [], set()
         for attempt in range(1 + mc.max_resamples):
             k = resample_key(key, attempt)
@@ -120,9 +193,14 @@ class Scripted:
         checks[-1]["kept"] = True
         return replace(kept, checks=tuple(checks))
 
-    @staticmethod
-    def _intent_key(condition) -> str:
-        return condition.script.intent if condition.script else "intent"
+    def check_item(self, item, condition) -> None:
+        """A condition whose scripts hold benign-clarification moves tells the item's intent:
+        an item without one would fail every such episode (simulator_error)."""
+        key = self.intent_key(condition)
+        if self.group(condition) == "BC" and not item.hidden.get(key):
+            raise ItemError(f"hidden.{key}", f"condition {condition.name}: the scripted user's "
+                            "benign-clarification moves state the item's intent, and this "
+                            f"item has none (give the loader a field for hidden.{key})")
 
     async def write(self, gateway, spec, item, condition, move: str, transcript: list[dict],
                     sample_key: str | None) -> UserTurn:
@@ -130,7 +208,7 @@ class Scripted:
         given sample key."""
         ctx = {"history": cap_transcript(transcript), "move": move}  # a long turn is cut
         if get_move(move).knows_intent:  # only benign clarification is told the intent
-            key = self._intent_key(condition)
+            key = self.intent_key(condition)
             intent = item.hidden.get(key)
             if not intent:
                 return UserTurn(None, None, error=f"invalid_input: item {item.item_id} "
@@ -149,7 +227,7 @@ class Scripted:
         return UserTurn(text, r.call_hash)
 
     def calls(self, condition) -> dict[str, int]:
-        s = condition.script
+        s = script_of(condition)
         if s is None:
             return {}
         n = max(moves_for(n) for n in s.lengths)

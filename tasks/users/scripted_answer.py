@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from tasks.core.registry import user_policy
 from tasks.judges import act as act_judge
-from tasks.core.users import UserTurn
+from tasks.core.users import UserTurn, UserPolicy
 from tasks.users.reactive import ACT_ROLE, unless_asked
 
 
 @user_policy("scripted_answer", roles=(ACT_ROLE,))
-class ScriptedAnswer:
+class ScriptedAnswer(UserPolicy):
     name = "scripted_answer"
     roles: tuple[str, ...] = (ACT_ROLE,)
 

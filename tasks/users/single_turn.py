@@ -4,11 +4,11 @@ and a disambiguated question's)."""
 from __future__ import annotations
 
 from tasks.core.registry import user_policy
-from tasks.core.users import SINGLE_TURN, Stop
+from tasks.core.users import SINGLE_TURN, Stop, UserPolicy
 
 
 @user_policy("single_turn")
-class SingleTurn:
+class SingleTurn(UserPolicy):
     name = "single_turn"
     roles: tuple[str, ...] = ()
 

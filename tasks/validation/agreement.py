@@ -1,16 +1,13 @@
-"""Agreement measures for human validation (pure functions; report.py feeds them).
+"""Agreement measures for human validation (pure functions; each kind's ``results`` feeds
+them; CarryOnBench's naturalness study adds its own, tasks/benchmarks/carryon/validation.py).
 
 Definitions (the report repeats them):
-- Naturalness: a user turn's label 1..4 is natural when >= 3. Only turns with labels from
-  all of their assigned annotators count. "Natural by majority": more than half of its labels
-  natural. "Unnatural by all": every label < 3. A "disagreement" is a turn whose binarised
-  labels are not unanimous; it "involves an extreme label" when one of its labels is 1 or 4.
 - Cohen's kappa (statsmodels.stats.inter_rater.cohens_kappa) on binarised labels for every
   pair of annotators that labelled at least 2 common turns; the report gives the mean over
   pairs where kappa is defined (the pool design means each pair shares only some turns).
 - Krippendorff's alpha (the ``krippendorff`` package, nominal) on the binarised labels, one
-  reliability matrix of annotators x turns with missing cells where an annotator did not
-  label the turn.
+  reliability matrix of annotators x units with missing cells where an annotator did not
+  label the unit.
 - Share agreement (benutil, safety): equal labels / units both labelled.
 """
 
@@ -21,10 +18,6 @@ import math
 import statistics
 
 import numpy as np
-
-
-def natural(v: int) -> int:
-    return 1 if v >= 3 else 0
 
 
 def cohen_kappa(a: list[int], b: list[int], categories=(0, 1)) -> float | None:
@@ -78,39 +71,6 @@ def alpha_of(labels: dict) -> float | None:
     annotators = sorted({a for v in labels.values() for a in v})
     units = sorted(labels)
     return krippendorff_alpha([[labels[u].get(a, math.nan) for u in units] for a in annotators])
-
-
-def naturalness_stats(labels: dict) -> dict:
-    """labels = {turn key: {annotator: 1..4}} (complete turns only)."""
-    n = len(labels)
-    if not n:
-        return {"n_turns": 0}
-    binl = {u: {a: natural(v) for a, v in d.items()} for u, d in labels.items()}
-    maj = sum(1 for d in binl.values() if 2 * sum(d.values()) > len(d))
-    all_un = sum(1 for d in binl.values() if sum(d.values()) == 0)
-    disagree = [u for u, d in binl.items() if len(set(d.values())) > 1]
-    extreme = sum(1 for u in disagree if any(v in (1, 4) for v in labels[u].values()))
-    per_ann: dict[str, list[int]] = {}
-    for d in binl.values():
-        for a, v in d.items():
-            per_ann.setdefault(a, []).append(v)
-    rates = {a: sum(v) / len(v) for a, v in sorted(per_ann.items())}
-    kappa, pairs = pairwise_kappa(binl)
-    return {
-        "n_turns": n,
-        "n_annotators": len(rates),
-        "pct_natural_majority": 100.0 * maj / n,
-        "pct_unnatural_all": 100.0 * all_un / n,
-        "n_disagreements": len(disagree),
-        "pct_disagreements_extreme": (100.0 * extreme / len(disagree)) if disagree else None,
-        "kappa_mean": kappa,
-        "kappa_pairs": pairs,
-        "alpha": alpha_of(binl),
-        "annotator_natural_rate": rates,
-        "rate_min": min(rates.values()),
-        "rate_max": max(rates.values()),
-        "rate_sd": statistics.stdev(rates.values()) if len(rates) > 1 else None,
-    }
 
 
 def share(a: list, b: list) -> tuple[int, float | None]:

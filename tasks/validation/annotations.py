@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tasks.input_files import InputFileError, read_input_bytes
 from tasks.validation import ValidationError
-from tasks.validation.page import FORMAT, SCALES, page_data
+from tasks.validation.page import FORMAT, page_data
 from warehouse.schema import ValidationAnnotation
 
 
@@ -24,9 +24,9 @@ def _expected(wh, sample_id: str, annotator: str) -> dict[tuple, str]:
     out = {}
     for u in data["units"]:
         for c in u["conversations"]:
-            if data["kind"] == "naturalness":
+            if data["asks"] == "user_turns":
                 keys = [(t["position"], 0) for t in c["turns"] if t["role"] == "user"]
-            elif data["kind"] == "benutil":
+            elif data["asks"] == "checklist":
                 keys = [(-1, it["item_id"]) for it in c["items"]]
             else:
                 keys = [(u["position"], 0)]
@@ -77,7 +77,9 @@ def parse_file(wh, path: Path) -> tuple[str, str, list[dict], int]:
     if not isinstance(labels, list):
         fail("labels", "expected a list")
     expected = _expected(wh, sample_id, annotator)
-    allowed = {v for v, _ in SCALES[kind]}
+    from tasks.validation.report import kind_of
+
+    allowed = {v for v, _ in kind_of(kind).scale}
     rows, seen = [], set()
     for i, lab in enumerate(labels):
         f = f"labels[{i}]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,48 @@ def test_config_hash_ignores_nothing_secret_and_changes_with_content(tmp_path):
     b = load_config(_write(tmp_path, EXAMPLE.replace("seed: 0", "seed: 1"), "b.yaml"))
     assert a.config_hash() != b.config_hash()
     assert a.config_hash() == load_config(_write(tmp_path, EXAMPLE, "c.yaml")).config_hash()
+
+
+# The hash of every shipped config and compatibility fixture, as it was before the config's
+# sections and the roles of the first release moved beside their components (the checklists
+# stage, the scripted user, the judges, CarryOnBench): a run id embeds it, so a move that
+# changed one would orphan every run of that config.
+HASHES = {
+    "configs/clarify.yaml": "3f8da8f23e0bf43a", "configs/clarifymt.yaml": "7756372b6275bfa7",
+    "configs/demo.yaml": "1a6b62c874ce9fb7", "configs/eyt.yaml": "a672c9b7f90f2306",
+    "configs/opensafeintent.yaml": "9d8eda2ef10968fa", "configs/paper.yaml": "2df518ad3866e659",
+    "configs/regret.yaml": "0c2a1dee98f7170e",
+    "tests/fixtures/compat_home/carryon.yaml": "fd8cae61ec678243",
+    "tests/fixtures/compat_home/clarify.yaml": "718217843d26036c",
+    "tests/fixtures/compat_home/clarifymt.yaml": "299b1fca9217bf6f",
+    "tests/fixtures/compat_home/eyt.yaml": "29727f11a8e328b6",
+    "tests/fixtures/compat_home/opensafeintent.yaml": "ba652113fd92cac1",
+    "tests/fixtures/compat_home/regret.yaml": "5af0c941dabbebc1",
+    "tests/fixtures/pre_engine/config.yaml": "931e92e2b22e051a",
+}
+
+
+@pytest.mark.parametrize("path", sorted(HASHES))
+def test_config_hashes_are_unchanged_by_the_move_of_sections_and_roles(path):
+    root = Path(__file__).resolve().parents[2]
+    assert load_config(root / path).config_hash() == HASHES[path]
+
+
+def test_a_sister_config_keeps_carryon_and_the_stages_keys_in_its_hash(tmp_path):
+    # The first release hashed every section and role: a config of another benchmark keeps
+    # them (at their defaults) although that benchmark calls none of them.
+    path = tmp_path / "c.yaml"
+    path.write_text("benchmark: clarify\nmodels: {targets: [{model: openai/t}]}\n")
+    cfg = load_config(path)
+    doc = cfg.model_dump(mode="json")
+    assert doc["checklists"] == {"min_harmless": 3, "max_items": 23}
+    assert doc["flows"] == {"lengths": [4, 6, 8, 10, 12], "bc_per_length": 2,
+                            "nc_per_length": 1, "share_prefix": True}
+    assert doc["dataset"]["exclude_categories"][0] == "child-related crimes"
+    assert doc["models"]["intent_rewriter"] is None and doc["models"]["ensemble"] == []
+    # An old key a config may still write for a section: the same meaning.
+    path.write_text("benchmark: carryon\nflows: {lengths: [4]}\nscripts_extra: 1\n")
+    with pytest.raises(ConfigError, match=r"scripts_extra: Extra inputs are not permitted"):
+        load_config(path)
+    path.write_text("benchmark: carryon\nflows: {lengths: [4]}\n")
+    assert load_config(path).scripts.lengths == [4]

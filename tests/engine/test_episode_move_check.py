@@ -9,7 +9,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from tasks.bench import BenchmarkSpec, ConditionSpec, ScriptSpec
+from tasks.bench import BenchmarkSpec, ConditionSpec
 from tasks.engine import episode as ep
 from tasks.core.items import Item
 from tasks.core.keys import check_key, resample_key
@@ -22,7 +22,7 @@ from warehouse import Warehouse
 
 ITEM = Item("i1", 0, {"q": "How do locks fail?"}, {"intent": "I repair doors for a living."})
 COND = ConditionSpec(name="nc", prompt="q", user="scripted", max_turns=6,
-                     script=ScriptSpec(group="NC", lengths=[4], per_length=1))
+                     script={"group": "NC", "lengths": [4], "per_length": 1})
 
 
 def _spec() -> BenchmarkSpec:

@@ -63,16 +63,17 @@ def test_rules_for_a_failed_stage():
     assert str(pickle.loads(pickle.dumps(e))) == str(e)
 
 
-def test_checklist_rules_on_query_summaries():
-    from tasks.benchmarks.carryon.failures import checklists_failure as failure_line
+def test_checklist_rules_on_item_summaries():
+    from tasks.stages.checklists.failures import checklists_failure as failure_line
 
     def s(step, reason, version=None):
-        return {"query_id": "q", "step": step, "reason": reason, "version": version}
+        return {"item_id": "q", "step": step, "reason": reason, "version": version}
 
-    err = "no benign intent: api_error: NotFoundError: model not found"
-    assert failure_line(None, [s("intent", err), s("intent", err)]) == \
-        "all 2 queries dropped: intent: api_error: NotFoundError: model not found (2 times)"
-    assert failure_line(None, [s("intent", err), s(None, None, "v1")]) is None
+    err = "no answer from ens-1: api_error: NotFoundError: model not found"
+    assert failure_line(None, [s("ensemble", err), s("ensemble", err)]) == \
+        "all 2 items dropped: ensemble: no answer from ens-1: api_error: NotFoundError: model " \
+        "not found (2 times)"
+    assert failure_line(None, [s("ensemble", err), s(None, None, "v1")]) is None
     assert failure_line(None, [s("misuse", "the misuse filter dropped all 3 items")]) is None
     assert failure_line(None, []) is None
 
@@ -84,7 +85,8 @@ def test_every_call_failing_fails_the_checklists_stage(prefect_harness, llm_serv
     with pytest.raises(StageFailed) as info:
         run_flow(path)
     msg = str(info.value)
-    assert msg.startswith("checklists: all 2 queries dropped: intent: retries_exhausted: ")
+    # CarryOnBench's first stage, the intents, failed: no later stage ran.
+    assert msg.startswith("intents: all 2 queries got no benign intent: retries_exhausted: ")
     assert msg.endswith("(2 times)") and "\n" not in msg
     home = tmp_path / "home"
     run = the_run(home)
@@ -92,8 +94,9 @@ def test_every_call_failing_fails_the_checklists_stage(prefect_harness, llm_serv
     assert_nothing_half_written(home, run)
     wh = Warehouse(home / "warehouse.duckdb")
     assert wh.count("checklists") == 0 and wh.count("conversations") == 0
-    # The failures are recorded as data: each query's drop reason, each call's provenance.
-    assert {r["step"] for r in wh.query("SELECT step FROM checklist_queries")} == {"intent"}
+    # The failures are recorded as data: each query's missing intent, each call's provenance.
+    assert {r["error"].split(":")[0] for r in wh.query("SELECT error FROM intents")} == {
+        "retries_exhausted"}
     assert wh.query("SELECT count(*) AS n FROM llm_calls WHERE error IS NOT NULL")[0]["n"] > 0
 
 
@@ -163,7 +166,7 @@ def test_every_guard_call_failing_fails_the_checklists_stage(prefect_harness, ll
     path = write_config(dataset=ONE_QUERY)
     with pytest.raises(StageFailed) as info:
         run_flow(path)
-    assert str(info.value).startswith("checklists: the only query dropped: guard: guard failed: api_error: ")
+    assert str(info.value).startswith("checklists: the only item dropped: guard: guard failed: api_error: ")
     home = tmp_path / "home"
     assert_nothing_half_written(home, the_run(home))
 
@@ -179,7 +182,7 @@ def test_every_answer_judged_harmful_is_data_not_a_failure(prefect_harness, llm_
     path = write_config(dataset=ONE_QUERY)
     summary = run_flow(path)
     assert summary["stages"]["checklists"]["checklists"] == 0
-    assert summary["stages"]["checklists"]["queries_dropped"]["guard"]["dropped"] == 1
+    assert summary["stages"]["checklists"]["items_dropped"]["guard"]["dropped"] == 1
     home = tmp_path / "home"
     run = the_run(home)
     assert run["status"] == "succeeded"
@@ -215,7 +218,7 @@ def test_cli_prints_one_error_line_and_exits_non_zero(prefect_harness, llm_serve
     r = CliRunner().invoke(app, ["run", "--config", str(path)], catch_exceptions=False)
     assert r.exit_code != 0
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and errors[0].startswith("error: checklists: the only query dropped: intent: ")
+    assert len(errors) == 1 and errors[0].startswith("error: intents: the only query got no benign intent: ")
     assert the_run(tmp_path / "home")["status"] == "failed"
 
 
@@ -242,7 +245,7 @@ def test_a_guard_call_without_answer_leaves_its_query_unbuilt_not_dropped(
     with pytest.raises(StageFailed) as info:
         run_flow(path)
     msg = str(info.value)
-    assert msg.startswith("checklists: 1 of 2 queries could not be built because their calls "
+    assert msg.startswith("checklists: 1 of 2 items could not be built because their calls "
                           "failed (a rerun retries them; the other 1 were built or dropped by a "
                           "filter): guard: ens-2: guard failed: "), msg
     assert "\n" not in msg

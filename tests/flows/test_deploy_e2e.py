@@ -28,13 +28,13 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
-from sqlmodel import SQLModel
 
 import warehouse.schema  # noqa: F401
 from tasks.ops import prefect_server
 from tests.support.factories import base_config
 from warehouse import Warehouse
 from warehouse.merge import MergeError, merge_warehouses, resolve_warehouse
+from warehouse.store import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -66,7 +66,8 @@ def test_merge_upserts_every_row_once(tmp_path):
     counts = merge_warehouses(target, [a, b])
     # 01, 02, 03 once each (02 is in both shards: the later source's row wins), both runs.
     assert counts["queries"] == 3 and counts["runs"] == 2
-    assert set(counts) == {t.name for t in SQLModel.metadata.sorted_tables}
+    # Every table the warehouse knows: the shared ones and those components bring.
+    assert set(counts) == set(schema()["tables"]) >= {"queries", "checklists", "verdicts"}
     rows = Warehouse(target).query("SELECT query_id, query FROM queries ORDER BY query_id")
     assert rows == [{"query_id": "01", "query": "q"}, {"query_id": "02", "query": "q2"},
                     {"query_id": "03", "query": "q2"}]
@@ -238,7 +239,7 @@ def test_deployment_run_full(prefect_up, llm_api, tmp_path):
     # The warehouse: the run succeeded with every stage, and conversations were simulated.
     wh = Warehouse(run_home / "warehouse.duckdb")
     runs = wh.query("SELECT status, stages FROM runs")
-    assert runs == [{"status": "succeeded", "stages": "checklists,episodes,verdicts,report"}]
+    assert runs == [{"status": "succeeded", "stages": "intents,checklists,episodes,verdicts,report"}]
     assert wh.count("conversations") > 0 and wh.count("item_judgments") > 0
 
     # The UI: one subflow run per stage under the deployment's run ...
@@ -279,10 +280,9 @@ def _comparable(path: Path) -> dict[str, list[tuple]]:
     try:
         # stage_memos records what each stage saw (a fingerprint per stage and shard): shards
         # split differently by design, so it is bookkeeping, not data.
-        relations = {t.name: [(c.name, str(c.type)) for c in t.columns]
-                     for t in SQLModel.metadata.sorted_tables
-                     if "run_id" not in [c.name for c in t.primary_key.columns]
-                     and t.name != "stage_memos"}
+        relations = {name: [(c["name"], c["type"]) for c in t["columns"]]
+                     for name, t in schema()["tables"].items()
+                     if "run_id" not in t["primary_key"] and name != "stage_memos"}
         for (view,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             # The selected sets describe the sets (one per shard), not data.
             if view in ("selected_judgment_sets", "selected_verdict_sets"):

@@ -1,5 +1,5 @@
 """Sister benchmarks' shipped configs against the REAL local model (SmolLM2-135M-Instruct
-on llama.cpp), as their README sections tell a user to run them: the
+on llama.cpp), as their chapters (tasks/benchmarks/<name>/README.md) tell a user to run them: the
 config as shipped (its api_base, the built-in sample), a smaller limit, every stage through
 the CLI. Then the run, its episodes and its report are checked. A 135M model makes this a
 smoke run of the pipeline: what is checked is that every stage ran on real HTTP answers and

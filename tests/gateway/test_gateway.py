@@ -312,7 +312,7 @@ def _spec_key(spec):
 
 
 def test_reasoning_controls_enter_the_cache_key_only_when_set():
-    from tasks.engine.verdicts import judgment_set_id
+    from tasks.benchmarks.carryon.keys import judgment_set_id
 
     base = model_spec("m", "http://127.0.0.1:1/v1", **ENTRY)
     assert _spec_key(base) == _OLD_KEY

@@ -11,7 +11,7 @@ import json
 
 from tasks.core.items import Item
 from tasks.core.judges import TurnView
-from tasks.engine.judge_calls import SpecKind, run_calls
+from tasks.engine.judge_calls import BatchJudge, run_calls
 from tasks.gateway import Gateway
 from tasks.gateway.result import CallResult
 from tasks.gateway.transport import mark_cache_prefix, needs_cache_mark, request_kwargs
@@ -75,7 +75,7 @@ class _SlowGateway:
 
 
 def _run(spec):
-    kind = SpecKind(BenUtilJudge(), [spec], "set")
+    kind = BatchJudge(BenUtilJudge(), [spec], "set")
     for t in (_turn("e1", "The first answer."), _turn("e2", "The second answer.")):
         kind.add(kind.requests(t))
     gw = _SlowGateway()
@@ -103,7 +103,7 @@ def test_the_mark_reaches_anthropics_api_and_the_answer_is_the_same(llm_server, 
         {"evidence": "", "fulfilled": False})
     spec = model_spec("c", model="anthropic/claude-sonnet-4-20250514",
                       api_base=llm_server.anthropic_base, max_tokens=64)
-    kind = SpecKind(BenUtilJudge(), [spec], "set")
+    kind = BatchJudge(BenUtilJudge(), [spec], "set")
     kind.add(kind.requests(_turn("e1", "The first answer.")))
     gw = gateway(tmp_path)
     asyncio.run(run_calls(gw, [kind]))

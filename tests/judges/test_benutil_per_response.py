@@ -15,7 +15,7 @@ import yaml
 from tasks.config import load_config
 from tasks.core.items import Item
 from tasks.core.judges import TurnView
-from tasks.engine.judge_calls import SpecKind, run_calls
+from tasks.engine.judge_calls import BatchJudge, run_calls
 from tasks.engine.verdicts import spec_judges
 from tasks.gateway.result import CallResult
 from tasks.judges import benutil_response
@@ -49,7 +49,7 @@ def _answer(entries: dict) -> str:
 
 def _judge(kind_models, answer, turns):
     judge = BenUtilJudge(BenUtilArgs(mode="per_response"))
-    kind = SpecKind(judge, [model_spec(m) for m in kind_models], "set")
+    kind = BatchJudge(judge, [model_spec(m) for m in kind_models], "set")
     keys = [kind.add(kind.requests(t)) for t in turns]
     gw = FakeGateway(answer)
     asyncio.run(run_calls(gw, [kind]))

@@ -144,8 +144,9 @@ def test_a_checklist_the_judge_cannot_use_is_one_line_before_anything_is_played(
     path.write_text(yaml.safe_dump(cfg))
     r = invoke("run", "--config", str(path))
     assert r.exit_code == 2, r.output
-    assert re.search(r"error: bench_items: item [0-9a-f]{16}: hidden.checklist: item id room "
-                     r"appears twice", r.output), r.output
+    # The file and the row (the loader's own numbering), not the item's hash.
+    assert r.output.strip().splitlines() == [
+        f"error: {data}: row 1: hidden.checklist: item id room appears twice"], r.output
     assert llm_server.counts["total"] == 0
 
 
@@ -233,7 +234,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
     from tasks.core.items import Item
     from tasks.gateway.result import CallResult
     from tasks.core.judges import TurnView
-    from tasks.engine.judge_calls import SpecKind
+    from tasks.engine.judge_calls import BatchJudge
     from tasks.judges.benutil import BenUtilJudge
     from tasks.engine.judge_calls import run_calls
     from tests.support.factories import FakeGateway, model_spec
@@ -256,7 +257,7 @@ def test_benutil_on_the_engine_one_verdict_per_checklist_item_even_for_repeated_
         return json.dumps({"evidence": "It says X plainly", "fulfilled": True})
 
     judge = BenUtilJudge()
-    kind = SpecKind(judge, [model_spec("j")], "set")
+    kind = BatchJudge(judge, [model_spec("j")], "set")
     turns = [turn(1, "It says X plainly."), turn(3, "", blocked=True)]
     keys = [kind.add(kind.requests(t)) for t in turns]
     gw = FakeGateway(answer)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tasks.config import Config, load_config
-from tasks.engine.verdicts import judgment_set_id
+from tasks.benchmarks.carryon.keys import judgment_set_id
 from tasks.judges.prompts import (
     MAX_QUOTE_CHOICES, MAX_QUOTE_WORDS, BenUtilVerdict, quote_choices, quoted_verdict,
 )
@@ -99,5 +99,5 @@ def test_the_config_section_sets_the_judges_arguments(write_config):
     assert by_kind["benutil"].args.quote_choices and by_kind["benutil"].args.query == "query"
     assert by_kind["safety"].sees_history and by_kind["safety"].args.query == "query"
     plain, _ = spec_judges(load_config(write_config()))
-    assert [j.changed_args() for j, _ in plain] == [
-        {"query": "query", "version": "checklist_version"}, {"query": "query"}]
+    # (its checklist's version key, checklist_version, is Ben-Util's default)
+    assert [j.changed_args() for j, _ in plain] == [{"query": "query"}, {"query": "query"}]

@@ -28,10 +28,11 @@ for _name in builtin_names():
     importlib.import_module(f"tasks.benchmarks.{_name}")
 
 # Templates that show no model-written text (dataset text, fixed instructions, or pieces).
-NO_MODEL_TEXT = {"carryon/checklists/ensemble.j2", "carryon/oracle.j2", "carryon/intent.j2",
+NO_MODEL_TEXT = {"checklists/ensemble.j2", "carryon/oracle.j2", "carryon/intent.j2",
+                 "checklists/request.j2",
                  "users/_requirements.j2", "judges/_fenced.j2", "_data_rule.j2",
                  # WildGuard's trained input layout: deliberately unfenced (see the template).
-                 "carryon/checklists/wildguard.j2"}
+                 "checklists/wildguard.j2"}
 
 # Pieces included by the templates rendered below (their text is checked there).
 PARTIALS = {"users/_history.j2", "users/_context.j2", "users/_context_no_intent.j2"}
@@ -61,16 +62,16 @@ def rendered() -> dict[str, str]:
     out = _moves()
     out["users/move_check.j2"] = move_check_render("pushback", "a purpose", _history(), PAYLOAD)
     out["users/reactive.j2"] = simulator_messages(item, _history())[0]["content"]
-    out["carryon/checklists/decompose.j2"] = prompts.render(
-        "carryon/checklists/decompose.j2", oracle_prompt="Q", answer=PAYLOAD, categories={"c": "d"},
+    out["checklists/decompose.j2"] = prompts.render(
+        "checklists/decompose.j2", oracle_prompt="Q", answer=PAYLOAD, categories={"c": "d"},
         max_items=5)
-    out["carryon/checklists/merge.j2"] = prompts.render(
-        "carryon/checklists/merge.j2", oracle_prompt="Q", answer_ids=["a1"], categories=["c"],
+    out["checklists/merge.j2"] = prompts.render(
+        "checklists/merge.j2", oracle_prompt="Q", answer_ids=["a1"], categories=["c"],
         max_items=5, answers=[{"answer_id": "a1", "items": [{"category": "c", "question": PAYLOAD}]}])
-    out["carryon/checklists/misuse.j2"] = prompts.render(
-        "carryon/checklists/misuse.j2", oracle_prompt="Q", items=[{"question": PAYLOAD}])
-    out["carryon/checklists/wildguard_chat.j2"] = prompts.render(
-        "carryon/checklists/wildguard_chat.j2", prompt="Q", response=PAYLOAD)
+    out["checklists/misuse.j2"] = prompts.render(
+        "checklists/misuse.j2", oracle_prompt="Q", items=[{"question": PAYLOAD}])
+    out["checklists/wildguard_chat.j2"] = prompts.render(
+        "checklists/wildguard_chat.j2", prompt="Q", response=PAYLOAD)
     out["judges/benutil.j2"] = benutil_messages("Q", PAYLOAD, PAYLOAD)[0]["content"]
     out["judges/benutil_response.j2"] = response_messages(
         "Q", PAYLOAD, [("1", PAYLOAD), ("2", "Does it say B?")])[0]["content"]

@@ -1,6 +1,7 @@
 """Human validation (carryon validate): agreement arithmetic checked by hand, the stratified
-samples, import (validation, idempotence, one-line errors) and the report end to end with
-scripted synthetic annotators of known agreement."""
+samples (Ben-Util's and safety's over the benchmark's verdicts; CarryOnBench's naturalness
+study, its own kind), import (validation, idempotence, one-line errors) and the report end to
+end with scripted synthetic annotators of known agreement."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def test_naturalness_stats_by_hand():
               "t2": {"x": 1, "y": 2, "z": 2},   # unnatural by all
               "t3": {"x": 3, "y": 2, "z": 4},   # natural by majority; disagreement with a 4
               "t4": {"x": 2, "y": 3, "z": 2}}   # unnatural by majority; disagreement, no 1 or 4
-    s = ag.naturalness_stats(labels)
+    from tasks.benchmarks.carryon.validation import naturalness_stats
+
+    s = naturalness_stats(labels)
     assert s["pct_natural_majority"] == 50.0      # t1, t3
     assert s["pct_unnatural_all"] == 25.0         # t2
     assert s["n_disagreements"] == 2 and s["pct_disagreements_extreme"] == 50.0  # t3 of t3, t4
@@ -133,7 +136,8 @@ def test_naturalness_at_full_scale_is_the_papers_design():
             for t in ("t1", "t2", "t3"):
                 convs.append({"conversation_id": f"{t}-{n}-{k}", "target": t, "query_id": "q", "flow_id": ">".join(f),
                               "condition": classify(f), "length": 2 + 2 * n})
-    from tasks.validation.sample import assign_pool, draw_naturalness
+    from tasks.benchmarks.carryon.validation import draw_naturalness
+    from tasks.validation.sample import assign_pool
 
     units, notes = draw_naturalness(convs, random.Random(0))
     assert len(units) == 125 and not any("scaled" in n or "125)" in n for n in notes)
@@ -359,16 +363,16 @@ def test_import_errors_name_file_annotator_and_field(wh_cfg, tmp_path):
 
 
 def test_an_empty_benutil_sample_names_the_real_reason():
-    from tasks.validation.sample import _why_empty, draw_benutil
+    from tasks.validation.kinds.benutil import draw_pairs, why_no_pairs
 
-    one_length = [{"conversation_id": f"c{i}", "query_id": "q", "flow_id": f"f{i}",
+    one_length = [{"conversation_id": f"c{i}", "item_id": "q", "flow": f"f{i}",
                    "target": t, "length": 4, "condition": "BC"}
                   for i, t in enumerate(["a", "b", "a"])]
-    assert draw_benutil(one_length, random.Random(0))[0] == []
-    assert "every conversation of this run has 4 turns: run two lengths" in _why_empty("benutil", one_length)
+    assert draw_pairs(one_length, random.Random(0))[0] == []
+    assert "every conversation of this run has 4 turns: run two lengths" in why_no_pairs(one_length)
     one_target = [dict(c, target="a", length=4 + 2 * i) for i, c in enumerate(one_length)]
-    assert "this run has one target (a)" in _why_empty("benutil", one_target)
-    assert "run the benchmark first" in _why_empty("benutil", [])
+    assert "this run has one target (a)" in why_no_pairs(one_target)
+    assert "run it first" in why_no_pairs([])
 
 
 def test_a_page_saves_its_progress_under_its_own_samples_key(wh_cfg):

@@ -92,12 +92,38 @@ def test_unwritable_home_is_a_clear_error(tmp_path):
 
 
 def test_shipped_schema_is_the_models_rendered():
-    """schema.json (what the warehouse creates and migrates from) is the SQLModel classes
-    rendered now: a table changed without `python -m warehouse.schema_file` fails here."""
+    """Each schema.json (what the warehouse creates and migrates from: the shared one, and
+    those of the tables components bring) is its SQLModel classes rendered now: a table
+    changed without `python -m warehouse.schema_file` fails here."""
+    from tasks.bench import component_tables
+    from tasks.core import registry
     from warehouse import schema_file
 
     assert schema_file.render() == schema_file.load(), \
         "warehouse/schema.json is out of date: run `python -m warehouse.schema_file`"
+    component_tables()  # the built-in benchmarks' components registered
+    sources = registry.table_sources()
+    assert {m for m, _ in sources} >= {"tasks.stages.checklists.tables",
+                                       "tasks.benchmarks.carryon.tables"}
+    for module, path in sources:
+        assert schema_file.render(module) == schema_file.load(path), \
+            f"{path} is out of date: run `python -m warehouse.schema_file {module} {path}`"
+
+
+def test_every_warehouse_holds_the_tables_components_bring(tmp_path):
+    # The shared schema holds only what every benchmark uses; the checklists stage's and
+    # CarryOnBench's tables come with them, in every warehouse this process opens.
+    import json
+
+    from warehouse.schema_file import load
+
+    shared = set(load()["tables"])
+    assert not shared & {"checklists", "checklist_items", "queries", "intents", "table2_ci"}
+    wh = Warehouse(tmp_path / "w.duckdb").init()
+    have = {r["table_name"] for r in wh.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'")}
+    assert have >= shared | {"checklists", "checklist_items", "queries", "intents", "table2_ci"}
+    assert json.loads(json.dumps(Warehouse.columns("queries")))[:2] == ["query_id", "source"]
 
 
 def test_a_command_starts_without_sqlalchemy():

@@ -7,5 +7,9 @@ on the package's import, so any of its modules finds them, in a run or a unit te
 from pathlib import Path
 
 import prompts
+from tasks.core import registry
+from tasks.benchmarks.carryon import settings  # noqa: F401 (registers its keys of the config)
 
 prompts.mount("carryon", Path(__file__).with_name("prompts"))
+# Its own tables (tables.py, rendered in schema.json beside it), in every warehouse.
+registry.tables("tasks.benchmarks.carryon.tables", Path(__file__).with_name("schema.json"))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tasks.bench import load_spec
 from tasks.core.spec import BenchmarkSpec, ConditionSpec
+from tasks.users.scripted import script_of
 
 BENCHMARK = "carryon"  # the built-in spec these names default to
 
@@ -30,13 +31,15 @@ class CarryOnConditions:
     @classmethod
     def of(cls, conditions: list[ConditionSpec]) -> "CarryOnConditions":
         by_group, oracle, other = {}, [], []
+        scripts = {}
         for c in conditions:
             if c.script is not None and c.user == "scripted" and c.prompt in (None, "query"):
-                set_ = sorted(c.script.model_fields_set & {"lengths", "per_length"})
+                scripts[c.name] = script = script_of(c)
+                set_ = sorted(script.model_fields_set & {"lengths", "per_length"})
                 if set_:
                     raise ValueError(f"conditions[{c.name}].script: {', '.join(set_)} come from "
                                      "the config's scripts section in CarryOnBench; leave unset")
-                by_group.setdefault(c.script.group, []).append(c)
+                by_group.setdefault(script.group, []).append(c)
             elif c.prompt == "oracle" and c.user == "single_turn" and c.max_turns == 1:
                 oracle.append(c)
             else:
@@ -48,10 +51,10 @@ class CarryOnConditions:
                 "group BC and NC (user: scripted, script: {group: ...}) and one oracle "
                 f"(prompt: oracle, user: single_turn, max_turns: 1); got {[c.name for c in conditions]}")
         bc, nc = by_group["BC"][0], by_group["NC"][0]
-        if bc.script.intent != nc.script.intent:
+        if scripts[bc.name].intent != scripts[nc.name].intent:
             raise ValueError("conditions: BC and NC scripts share prefixes, so their "
                              "script.intent must be the same")
-        return cls(bc.name, nc.name, oracle[0].name, bc.script.intent)
+        return cls(bc.name, nc.name, oracle[0].name, scripts[bc.name].intent)
 
 
 def carryon_conditions(spec: BenchmarkSpec | None = None) -> CarryOnConditions:

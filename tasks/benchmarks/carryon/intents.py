@@ -7,8 +7,8 @@ the most plausible legitimate purpose from the query alone, and the row records
 paper derives every intent from CASE-Bench's human-validated safe contexts; query-only intents
 are a convenience for exploring SORRY-Bench, not a reproduction.
 
-``ensure_intents`` is self-contained (the checklist and simulation stages both call it): it
-writes the queries and their intents in one transaction and returns what it wrote.
+``ensure_intents`` is the intents stage's work (tasks/benchmarks/carryon/subflows.py): it writes
+the queries and their intents in one transaction and returns what it wrote.
 """
 
 from __future__ import annotations
@@ -116,9 +116,10 @@ async def rewrite_intent(gateway, spec, q) -> IntentRow:
                      r.call_hash, None, basis)
 
 
-async def ensure_intents(ctx, queries) -> dict[str, IntentRow | None]:
-    """The benign intent of each query (None where the rewriter failed: the stored row says
-    why). Writes ``queries`` and ``intents`` in one transaction; reruns are cache hits."""
+async def ensure_intents(ctx, queries) -> dict[str, IntentRow]:
+    """The benign intent of each query (its ``intent`` None where the rewriter failed, with
+    the ``error``). Writes ``queries`` and ``intents`` in one transaction; reruns are cache
+    hits."""
     if not queries:
         return {}
     spec = ctx.config.role_spec("intent_rewriter")
@@ -127,4 +128,4 @@ async def ensure_intents(ctx, queries) -> dict[str, IntentRow | None]:
         ("queries", [q.to_row() for q in queries]),
         ("intents", [r.as_row() for r in rows]),
     ])
-    return {r.query_id: (r if r.intent is not None else None) for r in rows}
+    return {r.query_id: r for r in rows}

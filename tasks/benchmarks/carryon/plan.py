@@ -1,11 +1,11 @@
-"""``carryon plan`` for CarryOnBench (its play stage's ``plan``): calls per role, tokens and
-cost of its checklists, simulation and judging, before anything is spent.
+"""``carryon plan`` for CarryOnBench (its intents stage's ``plan``, the run's work): calls per
+role, tokens and cost of its intents, simulation and judging, before anything is spent (the
+checklists stage plans its own roles: tasks/stages/checklists/plan.py).
 
-Call counts are exact where the pipeline's shape fixes them (intents, ensemble, merge,
-misuse, simulation with and without prefix sharing, safety) and upper bounds or estimates
-where they depend on model answers (guard and decomposition assume no answer is dropped;
-Ben-Util judgments use the mean size of the checklists already in the warehouse, else the
-paper's mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
+Call counts are exact where the pipeline's shape fixes them (intents, simulation with and
+without prefix sharing, safety) and estimates where they depend on model answers (Ben-Util
+judgments use the mean size of the checklists already in the warehouse, else the paper's
+mean of 18 items). Tokens per call are estimates, stated as such: the simulation's
 and the judges' are measured from their templates and the prefix tree (tasks/engine/plan_tokens.py and
 ``judge_prompt`` below), assuming answers use half their max_tokens; the checklist roles' are the role table's; where
 this home already recorded calls of a role (a pilot run with ``--limit``), their mean tokens
@@ -25,22 +25,22 @@ from __future__ import annotations
 import functools
 
 from tasks.config import Config
-from tasks.gateway.prices import MEMO_NAME, batch_notes, cost_lines, plan_row
+from tasks.gateway.prices import MEMO_NAME, plan_row
 from prompts import CHARS_PER_TOKEN
 from tasks.judges.prompt_layout import (
     ITEM_TOKENS, NOT_SENT, QUERY_TOKENS, benutil_layout, cache_min_tokens, provider,
 )
-from tasks.engine.plan_tokens import MESSAGE_TOKENS, text_tokens
-from tasks.roles import ROLE_TABLE
+from tasks.engine.plan_tokens import MESSAGE_TOKENS, recorded_tokens, text_tokens
+from tasks.stages.checklists import mean_stored_questions
+from tasks.core import registry
 from tasks.benchmarks.carryon import plan_benutil
 from tasks.benchmarks.carryon.queries import select_queries
 from tasks.benchmarks.carryon.simulate_plan import plan_calls, simulation_prompts
 
-PAPER_MEAN_ITEMS = 18
-
-# Rough tokens per call (prompt, completion) by role, before the answers' own lengths: the
-# role table's (tasks/roles.py).
-_BASE_TOKENS = {r.name: r.tokens for r in ROLE_TABLE}
+def _base_tokens(role: str) -> tuple[int, int | None]:
+    """Rough tokens per call (prompt, completion) of a role, before the answers' own lengths
+    (its ``Role``'s)."""
+    return registry.role(role).tokens
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,61 +106,18 @@ def _cache_notes(cfg: Config, target_out: int, mean_items: float) -> list[str]:
     return out
 
 
-def _recorded_tokens(cfg: Config) -> dict[str, tuple[int, float, float, float | None]]:
-    """Per role, the calls recorded in this home's ``llm_calls`` (requests sent, not cache hits),
-    their mean prompt and completion tokens and the share of their prompt tokens the provider
-    reported as read from its prompt cache (``cached_tokens``): a pilot run (``--limit``)
-    calibrates the plan's tokens per call, and its cached column, to what the providers did."""
-    path = cfg.home_path / "warehouse.duckdb"
-    if not path.exists():
-        return {}
-    try:
-        from warehouse import Warehouse
-
-        rows = Warehouse(path).query(
-            "SELECT role, count(*) AS n, avg(prompt_tokens) AS p, avg(completion_tokens) AS c, "
-            "sum(coalesce(cached_tokens, 0)) / nullif(sum(prompt_tokens), 0) AS cached "
-            "FROM llm_calls WHERE NOT cache_hit GROUP BY role")
-    except Exception:
-        return {}
-    return {r["role"]: (r["n"], float(r["p"] or 0), float(r["c"] or 0),
-                        None if r["cached"] is None else float(r["cached"]))
-            for r in rows if r["n"]}
-
-
-def _mean_checklist_items(cfg: Config) -> tuple[float, str]:
-    path = cfg.home_path / "warehouse.duckdb"
-    if path.exists():
-        try:
-            from warehouse import Warehouse
-
-            row = Warehouse(path).query(
-                "SELECT avg(n_items) AS m, count(*) AS n FROM checklists")[0]
-            if row["n"]:
-                return float(row["m"]), f"mean of {row['n']} stored checklists"
-        except Exception:
-            pass
-    return float(PAPER_MEAN_ITEMS), "the paper's mean checklist size (no checklists stored yet)"
-
-
 def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], list[str]]:
-    """CarryOnBench's plan (its simulate stage's): checklists, simulation and judging."""
+    """CarryOnBench's plan (its intents stage's, the run's work): intents, simulation and
+    judging; the checklists stage plans its own roles (tasks/stages/checklists/plan.py)."""
     queries = select_queries(cfg, limit)
     q = len(queries)
-    ens = cfg.role_specs("ensemble")
     sim = plan_calls(cfg, q, [x.query_id for x in queries])
-    mean_items, items_note = _mean_checklist_items(cfg)
+    mean_items, items_note = mean_stored_questions(cfg)
     responses = sim["roles"]["targets"]["planned"]  # distinct responses to judge
     target_out = max((s.max_tokens for s in cfg.role_specs("targets")), default=512) // 2
-    ens_out = max((s.max_tokens for s in ens), default=512) // 2
 
     calls = {
         "intent_rewriter": q,
-        "ensemble": q * len(ens),
-        "wildguard": q * len(ens),
-        "decomposer": q * len(ens),
-        "merger": q,
-        "misuse_filter": q,
         "targets": sim["roles"]["targets"]["planned"],
         "user_simulator": sim["roles"]["user_simulator"]["planned"],
         # First tries only; resamples are an upper bound in the notes.
@@ -169,17 +126,16 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
                                             len(cfg.role_specs("benutil_judge"))),
         "safety_judge": responses * len(cfg.role_specs("safety_judge")),
     }
-    extra_prompt = {"wildguard": ens_out, "decomposer": ens_out, "merger": len(ens) * 400,
-                    "targets": 2 * target_out, "user_simulator": 2 * target_out,
+    extra_prompt = {"targets": 2 * target_out, "user_simulator": 2 * target_out,
                     "move_checker": 2 * target_out,
                     "benutil_judge": target_out, "safety_judge": target_out}
     memo = cfg.cache_path / MEMO_NAME  # litellm's rates without importing it (prices.py)
     measured = _measured_prompts(cfg, queries, target_out)
-    recorded = _recorded_tokens(cfg)
+    recorded = recorded_tokens(cfg)
     # Ben-Util's tokens per call in each mode (plan_benutil.py); the configured one's row.
     q_tokens = mean_query_tokens(queries) or QUERY_TOKENS
     per_mode = {m: plan_benutil.tokens(m, measured["benutil_judge"],
-                                       _BASE_TOKENS["benutil_judge"][1], q_tokens, target_out,
+                                       _base_tokens("benutil_judge")[1], q_tokens, target_out,
                                        ITEM_TOKENS, mean_items) for m in plan_benutil.MODES}
     mode = cfg.judging.benutil_mode
     if mode != plan_benutil.PER_ITEM:  # the recorded calls are taken to be per-item ones
@@ -189,8 +145,8 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         specs = cfg.role_specs(role)
         if not specs:
             continue
-        base_in, base_out = _BASE_TOKENS[role]
-        out_tokens = base_out if base_out is not None else (ens_out if role == "ensemble" else target_out)
+        base_in, base_out = _base_tokens(role)
+        out_tokens = base_out if base_out is not None else target_out
         in_tokens = round(measured[role]) if role in measured else base_in + extra_prompt.get(role, 0)
         if role == "benutil_judge":
             in_tokens, out_tokens = per_mode[mode]
@@ -198,7 +154,7 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
             in_tokens, out_tokens = round(recorded[role][1]), round(recorded[role][2])
         # These roles' calls are spread over their models; the other roles use one model,
         # priced for all n calls.
-        spread = role in ("ensemble", "benutil_judge", "safety_judge", "targets")
+        spread = role in ("benutil_judge", "safety_judge", "targets")
         n_priced = n if spread else n * len(specs)
         share = (lambda s, r=role: _cache_share(r, s, target_out, mean_items))
         if role == "benutil_judge" and mode == plan_benutil.PER_RESPONSE:
@@ -209,9 +165,8 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
         row = plan_row(role, specs, n_priced, in_tokens, out_tokens, share, memo)
         rows.append({**row, "calls": n, "prompt_tokens": n * in_tokens,
                      "completion_tokens": n * out_tokens})
-    total = sum(r["calls"] for r in rows)
     notes = [
-        f"{q} queries, {sim['conversations']} conversations (oracle included), {total} calls in all.",
+        f"{q} queries, {sim['conversations']} conversations (oracle included).",
         f"prefix sharing saves {sim['saved_by_sharing']} simulation calls "
         f"({sim['roles']['targets']['without_sharing'] + sim['roles']['user_simulator']['without_sharing']} "
         f"without sharing → {sim['roles']['targets']['with_sharing'] + sim['roles']['user_simulator']['with_sharing']} with).",
@@ -221,17 +176,10 @@ def carryon_plan(cfg: Config, limit: int | None = None) -> tuple[list[dict], lis
            + "; the template estimate for the others; cached_usd reads the share of their "
            "prompt tokens the providers reported cached (llm_calls.cached_tokens)."]
           if recorded else []),
-        "wildguard and decomposer counts assume no answer is dropped, and simulation and judging "
-        "that every query keeps its checklist (only checklisted queries are simulated): upper "
-        "bounds; tokens are rough per-role estimates.",
+        "simulation and judging assume every query keeps its checklist (only checklisted "
+        "queries are simulated): upper bounds; tokens are rough per-role estimates.",
         *_cache_notes(cfg, target_out, mean_items),
         *_mode_notes(cfg, rows, responses, mean_items, per_mode, target_out, memo),
-        *batch_notes({r["role"]: cfg.role_specs(r["role"]) for r in rows}),
-        "calls already in the cache are not sent again: a rerun costs only what changed.",
-        # The headline last: the total, or "lower bound" and the models left out of it.
-        *cost_lines(rows, "${:,.2f} with provider prompt caching where the prompt layout "
-                    "allows it (cached_usd).".format(sum(r["cached_usd"] for r in rows
-                                                         if r["cached_usd"] is not None))),
     ]
     if sim.get("move_check_resamples"):
         rs = sim["move_check_resamples"]
@@ -251,14 +199,14 @@ def _mode_notes(cfg: Config, rows: list[dict], responses: int, mean_items: float
     both = plan_benutil.mode_rows(cfg, responses, mean_items, row, per_mode[other],
                                   lambda s: _cache_share("benutil_judge", s, target_out,
                                                          mean_items), memo)
-    return plan_benutil.mode_notes(cfg, both, _BASE_TOKENS["benutil_judge"][1])
+    return plan_benutil.mode_notes(cfg, both, _base_tokens("benutil_judge")[1])
 
 
 def _measured_prompts(cfg: Config, queries, target_out: int) -> dict[str, float]:
     """Prompt tokens per call of the simulation and judge roles, from the templates and the
     prefix tree (tasks/engine/plan_tokens.py); the other roles keep the role table's estimates."""
     q = mean_query_tokens(queries) or QUERY_TOKENS
-    user_in, user_out = _BASE_TOKENS["user_simulator"]
+    user_in, user_out = _base_tokens("user_simulator")
     sim = simulation_prompts(cfg, [x.query_id for x in queries], q, target_out, user_out, user_in)
     history = sim["history"] if cfg.judging.safety_sees_history else 0.0
     return {"targets": sim["targets"], "user_simulator": sim["user_simulator"],

@@ -93,43 +93,6 @@ def plan_calls(cfg, n_queries: int, query_ids: list[str] | None = None) -> dict:
     }
 
 
-NO_CHECKLIST_YET = "no checklist yet: run the checklists stage"
-
-
-def select_checklisted(wh, queries, key=lambda q: q.query_id
-                       ) -> tuple[list[dict], dict[str, str], dict[str, int]]:
-    """The queries that enter simulation: those with a current checklist (a ``checklists``
-    row), with the benign intent their checklist was built from. Returns (ready, skipped,
-    skipped_by_step): ``skipped`` maps each other query to its reason, "no checklist: <step>:
-    <reason>" from ``checklist_queries``, or NO_CHECKLIST_YET; ``skipped_by_step`` counts them
-    by step ("not built" for the latter)."""
-    ids = [key(q) for q in queries]
-    if not ids:
-        return [], {}, {}
-    rows = wh.query(
-        "SELECT q.query_id, i.intent, i.oracle_prompt, cq.step, cq.reason, "
-        "EXISTS (SELECT 1 FROM checklists c WHERE c.query_id = q.query_id) AS has_checklist "
-        "FROM (SELECT unnest(?::VARCHAR[]) AS query_id) q "
-        "LEFT JOIN intents i USING (query_id) LEFT JOIN checklist_queries cq USING (query_id)", [ids])
-    by_id = {r["query_id"]: r for r in rows}
-    ready, skipped, by_step = [], {}, {}
-    for q, qid in zip(queries, ids):
-        r = by_id.get(qid) or {}
-        if r.get("has_checklist") and r.get("intent") is not None:
-            ready.append({"query_id": qid, "intent": r["intent"],
-                          "oracle_prompt": r["oracle_prompt"]})
-            continue
-        if r.get("step"):
-            step, reason = r["step"], f"no checklist: {r['step']}: {r['reason']}"
-        elif r.get("has_checklist"):  # a checklist whose intent was lost by a later rewrite
-            step, reason = "intent", "no checklist: intent: no benign intent stored"
-        else:
-            step, reason = "not built", NO_CHECKLIST_YET
-        skipped[qid] = reason
-        by_step[step] = by_step.get(step, 0) + 1
-    return ready, skipped, by_step
-
-
 # An oracle prompt restates the query with its benign intent: about a query's length more.
 ORACLE_EXTRA = 1.0
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 import prompts
 from tasks.benchmarks.clarifymt.persona_user import conversation, fenced
 from tasks.core.registry import target_policy
-from tasks.core.targets import Reply
+from tasks.core.targets import Reply, TargetPolicy
 from tasks.core.users import PolicyEnv
 
 TARGET_ROLE = "targets"
@@ -71,7 +71,7 @@ def plan_messages(transcript: list[dict], notes: str) -> list[dict]:
 
 
 @target_policy("clarify_agent", roles=(TARGET_ROLE,), takes_model=True)
-class ClarifyAgent:
+class ClarifyAgent(TargetPolicy):
     name = "clarify_agent"
     takes_model = True
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 import prompts
 from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
-from tasks.core.users import SINGLE_TURN, Stop
+from tasks.core.users import SINGLE_TURN, Stop, UserPolicy
 from tasks.users.reactive import Reactive
 
 TEMPLATE = "clarifymt/persona_user.j2"
@@ -146,6 +146,7 @@ class PersonaUser(Reactive):
     persona makes at this point (which facts it may use, chosen in code)."""
 
     name = "clarifymt_persona"
+    template = TEMPLATE
 
     def reply_messages(self, state) -> list[dict]:
         move = reply_move(state.item, replies_so_far(state.transcript))
@@ -170,7 +171,7 @@ def depth_of(plan) -> int:
 
 
 @user_policy("clarifymt_static", args=StaticArgs)
-class StaticPrefix:
+class StaticPrefix(UserPolicy):
     """Replays an item's stored prefix up to a depth; the target's next act ends the episode."""
 
     name = "clarifymt_static"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 import prompts
 from tasks.core.registry import target_policy
-from tasks.core.targets import Reply
+from tasks.core.targets import Reply, TargetPolicy
 from tasks.core.users import PolicyEnv
 
 TARGET_ROLE = "targets"
@@ -36,7 +36,7 @@ def target_messages(transcript: list[dict]) -> list[dict]:
 
 
 @target_policy("perceive", roles=(TARGET_ROLE,), takes_model=True)
-class Perceive:
+class Perceive(TargetPolicy):
     name = "perceive"
     takes_model = True
 

@@ -16,7 +16,7 @@ import prompts
 from tasks.benchmarks.eyt.personas import latent_at
 from tasks.core.registry import user_policy
 from tasks.untrusted import cap_turn
-from tasks.core.users import UserTurn, clean_user_turn
+from tasks.core.users import UserTurn, clean_user_turn, UserPolicy
 
 TEMPLATE = "eyt/simulator.j2"
 SIM_ROLE = "user_simulator"
@@ -34,8 +34,9 @@ def simulator_messages(item, transcript: list[dict], next_turn: int) -> list[dic
 
 
 @user_policy("persona_sim", roles=(SIM_ROLE,))
-class PersonaSim:
+class PersonaSim(UserPolicy):
     name = "persona_sim"
+    template = TEMPLATE
     roles: tuple[str, ...] = (SIM_ROLE,)
 
     async def next(self, env, state):

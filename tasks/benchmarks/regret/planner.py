@@ -18,7 +18,7 @@ import dataclasses
 from tasks.benchmarks.regret.cig import (Graph, Rules, answer_text, consistent, decide, parse_reply,
                        question_text)
 from tasks.core.registry import target_policy
-from tasks.core.targets import Reply
+from tasks.core.targets import Reply, TargetPolicy
 
 
 def observations(g: Graph, transcript: list[dict], turns: int, rules: Rules) -> list[tuple]:
@@ -34,7 +34,7 @@ def observations(g: Graph, transcript: list[dict], turns: int, rules: Rules) -> 
 
 
 @target_policy("planner", takes_model=False)
-class Planner:
+class Planner(TargetPolicy):
     takes_model = False
 
     async def respond(self, env, seat, state):

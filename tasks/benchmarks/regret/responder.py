@@ -41,7 +41,7 @@ from tasks.judges.prompts import fence
 from tasks.core.judges import verdict_sample_key
 from tasks.benchmarks.regret.judge import (CLARIFYING, FACET_MAPPER, FacetMapping, cap, facet_messages,
                                  resolve_facet)
-from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines
+from tasks.core.users import ANSWERED, Stop, UserTurn, drop_fence_lines, UserPolicy
 from tasks.users.reactive import ACT_ROLE, SIM_ROLE, read_act, turn_view
 
 TEMPLATE = "regret/reply.j2"
@@ -74,8 +74,9 @@ def _failed(result, who: str, act, act_hash) -> UserTurn:
 
 
 @user_policy("responder", args=ResponderArgs, roles=(ACT_ROLE, FACET_MAPPER, SIM_ROLE))
-class Responder:
+class Responder(UserPolicy):
     name = "responder"
+    template = TEMPLATE
 
     def __init__(self, args: ResponderArgs):
         self.args = args

@@ -164,7 +164,7 @@ def test_checklists_on_three_published_shape_queries(prefect_harness, llm_server
 
     path = write_config(dataset={"source": "casebench", "path": str(published), "limit": 3})
     out = asyncio.run(carryon(config=str(path), stages="checklists"))
-    assert out["stages"]["checklists"]["queries"] == 3
+    assert out["stages"]["intents"]["queries"] == out["stages"]["checklists"]["items"] == 3
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     q = wh.query("SELECT category, category_id, domain FROM queries ORDER BY category_id")
     assert [r["category_id"] for r in q] == [1, 2, 3]
@@ -238,7 +238,7 @@ def test_report_shows_checklist_sizes_and_categories_of_published_shape_queries(
     llm_server.scripts["misuse_filter"] = misuse
     path = write_config(dataset={"source": "casebench", "path": str(published), "limit": 3})
     out = asyncio.run(carryon(config=str(path), stages="checklists,report"))
-    assert out["stages"]["checklists"]["queries"] == 3
+    assert out["stages"]["intents"]["queries"] == out["stages"]["checklists"]["items"] == 3
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     assert sorted(r["n"] for r in wh.query(
         "SELECT count(*) AS n FROM checklist_items GROUP BY query_id")) == [7, 12, 23]

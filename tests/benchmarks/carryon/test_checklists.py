@@ -1,4 +1,6 @@
-"""The checklist pipeline: each step's parsing, failures as data, storage, reruns, the flow."""
+"""The checklists stage's pipeline (tasks/stages/checklists/) on CarryOnBench's queries, each
+built for its oracle prompt (the benign intent its intents stage wrote, then the query): each
+step's parsing, failures as data, storage, reruns, the flow."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ import pytest
 from aiohttp import web
 
 from prompts import render
-from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, merge_model, misuse_model, parse_wildguard
-from tasks.benchmarks.carryon.checklist_stats import stage_stats
-from tasks.benchmarks.carryon.checklists import build_batch, checklist_version
-from tasks.config import ConfigError
-from tasks.benchmarks.carryon.queries import QueryRow, run_queries
 from tasks.benchmarks.carryon.intents import ensure_intents, oracle_prompt
+from tasks.benchmarks.carryon.queries import QueryRow, run_queries
+from tasks.config import ConfigError
+from tasks.core.items import prepare_items, run_items
 from tasks.engine.run import finish_run, open_run
+from tasks.stages.checklists.build import build_batch, checklist_version
+from tasks.stages.checklists.models import ITEM_CATEGORIES, merge_model, misuse_model, parse_wildguard
+from tasks.stages.checklists.roles import resolve_roles
+from tasks.stages.checklists.stats import stage_stats
 from tests.support.factories import base_config
 from tests.support.llm_server import answer
 
@@ -41,7 +45,7 @@ Answers: [/INST]
 
 
 def test_wildguard_template_is_wildguards_exact_format():
-    assert render("carryon/checklists/wildguard.j2", prompt="PROMPT", response="RESPONSE") == WILDGUARD_EXACT
+    assert render("checklists/wildguard.j2", prompt="PROMPT", response="RESPONSE") == WILDGUARD_EXACT
 
 
 @pytest.mark.parametrize("text,expect", [
@@ -100,7 +104,7 @@ def test_oracle_prompt_states_intent_then_query():
 
 def test_stage_stats_hand_computed():
     def s(step, n_items=0, **counts):
-        return {"query_id": "q", "step": step, "reason": None, "version": "v" if step is None else None,
+        return {"item_id": "q", "step": step, "reason": None, "version": "v" if step is None else None,
                 "n_items": n_items, "counts": counts}
     summaries = [
         s(None, 4, answers_requested=3, answers_ok=3, answers_harmless=3, decomposed_items=9,
@@ -109,28 +113,34 @@ def test_stage_stats_hand_computed():
           decompose_failed=0, merged_items=6, misuse_dropped=0),
         s("guard", answers_requested=3, answers_ok=2, answers_harmless=1, answers_refused=1,
           answers_truncated=1),
-        s("intent"),
+        s("ensemble", answers_requested=3, answers_ok=1),
     ]
     summaries[1]["capped_from"], summaries[1]["counts"]["merge_capped"] = 30, 24
     st = stage_stats(summaries)
-    assert st["queries"] == 4 and st["checklists"] == 2
-    assert st["items_per_query"] == {"min": 4, "mean": 5.0, "max": 6}
-    assert st["queries_dropped"]["intent"] == {"dropped": 1, "entered": 4, "share": 0.25}
-    assert st["queries_dropped"]["guard"] == {"dropped": 1, "entered": 3, "share": 0.3333}
-    assert st["queries_dropped"]["misuse"] == {"dropped": 0, "entered": 2, "share": 0.0}
-    assert st["answers"] == {"requested": 9, "failed_share": round(1 / 9, 4), "guard_dropped_share": 0.125,
+    assert st["items"] == 4 and st["checklists"] == 2
+    assert st["questions_per_checklist"] == {"min": 4, "mean": 5.0, "max": 6}
+    assert st["items_dropped"]["ensemble"] == {"dropped": 1, "entered": 4, "share": 0.25}
+    assert st["items_dropped"]["guard"] == {"dropped": 1, "entered": 3, "share": round(1 / 3, 4)}
+    assert st["items_dropped"]["misuse"] == {"dropped": 0, "entered": 2, "share": 0.0}
+    assert st["answers"] == {"requested": 12, "failed_share": round(3 / 12, 4),
+                             "guard_dropped_share": round(2 / 9, 4),  # 9 ok, 7 harmless
                              "harmful": 0, "refused": 1, "truncated": 1}
-    assert st["merge_cap"] == {"queries_capped": 1, "items_cut": 24}
-    assert st["items"] == {"decomposed": 21, "merged": 12, "merge_removed_share": round(9 / 21, 4),
-                           "misuse_dropped_share": round(2 / 12, 4), "final": 10}
+    assert st["merge_cap"] == {"items_capped": 1, "questions_cut": 24}
+    assert st["questions"] == {"decomposed": 21, "merged": 12,
+                               "merge_removed_share": round(9 / 21, 4),
+                               "misuse_dropped_share": round(2 / 12, 4), "final": 10}
 
 
 # ----- the pipeline against the loopback server -----------------------------------------------------
 def run_stage(path, limit=None):
-    ctx = open_run(str(path), "checklists", limit=limit)
+    """The intents of the run's queries, then the checklists stage's batch over the items as
+    the intents stage leaves them (the stage's own work, without Prefect)."""
+    ctx = open_run(str(path), "intents,checklists", limit=limit)
     try:
-        queries = run_queries(ctx)
-        summaries = asyncio.run(build_batch(ctx, queries))
+        asyncio.run(ensure_intents(ctx, run_queries(ctx)))
+        items, _ = prepare_items(ctx, run_items(ctx), until="checklists")
+        work = ctx.config.spec.stage("checklists").work(ctx.config.spec, items)
+        summaries = asyncio.run(build_batch(ctx, work, resolve_roles(ctx.config)))
     finally:
         finish_run(ctx, "succeeded")
     return ctx, summaries
@@ -148,12 +158,12 @@ def test_pipeline_builds_checklists_and_rerun_is_free(write_config, llm_server):
     assert wh.count("ensemble_answers") == 6 and wh.count("guard_verdicts") == 6
     for s in summaries:
         items = wh.query("SELECT * FROM checklist_items WHERE query_id = ? AND checklist_version = ? "
-                         "ORDER BY item_id", [s["query_id"], s["version"]])
+                         "ORDER BY item_id", [s["item_id"], s["version"]])
         assert [i["item_id"] for i in items] == list(range(1, len(items) + 1)) and len(items) == s["n_items"]
         assert all(i["category"] in ITEM_CATEGORIES for i in items)
         assert all(set(json.loads(i["source_answers"])) <= set(ENS) for i in items)
         assert checklist_version(items) == s["version"]
-        cl = wh.query("SELECT * FROM checklists WHERE query_id = ?", [s["query_id"]])
+        cl = wh.query("SELECT * FROM checklists WHERE query_id = ?", [s["item_id"]])
         assert [(c["checklist_version"], c["n_items"]) for c in cl] == [(s["version"], s["n_items"])]
     cq = wh.query("SELECT * FROM checklist_queries")
     assert all(r["kept"] and r["n_harmless"] == 3 and r["step"] is None for r in cq)
@@ -161,7 +171,7 @@ def test_pipeline_builds_checklists_and_rerun_is_free(write_config, llm_server):
     intents = {r["query_id"]: r for r in wh.query("SELECT * FROM intents")}
     ens = [r for r in llm_server.requests if r["role"] == "ensemble"]
     assert {r["body"]["messages"][0]["content"] for r in ens} == {
-        render("carryon/checklists/ensemble.j2", oracle_prompt=i["oracle_prompt"]) for i in intents.values()}
+        render("checklists/ensemble.j2", oracle_prompt=i["oracle_prompt"]) for i in intents.values()}
     assert all("detailed, compliant" in r["body"]["messages"][0]["content"] for r in ens)
     assert all(i["basis"] == "context" and i["error"] is None for i in intents.values())
 
@@ -302,13 +312,20 @@ def test_misuse_filter_dropping_everything_is_no_checklist(write_config, llm_ser
     assert ctx.warehouse.count("checklists") == 0 and ctx.warehouse.count("checklist_items") == 0
 
 
-def test_failed_intent_drops_the_query_with_reason(write_config, llm_server):
+def test_failed_intent_leaves_the_query_out_with_reason(write_config, llm_server):
     llm_server.scripts["intent_rewriter"] = lambda body: json.dumps({"intent": "   "})
     ctx, summaries = run_stage(write_config(), limit=1)
-    assert summaries[0]["step"] == "intent" and "invalid_output" in summaries[0]["reason"]
+    assert summaries == []  # nothing reached the checklists stage
     row = ctx.warehouse.query("SELECT * FROM intents")[0]
     assert row["intent"] is None and row["oracle_prompt"] is None and row["error"].startswith("invalid_output")
     assert llm_server.counts["ensemble"] == 0
+    ctx = open_run(str(write_config()), "checklists", limit=1)
+    try:
+        items, left = prepare_items(ctx, run_items(ctx), until="checklists")
+    finally:
+        finish_run(ctx, "succeeded")
+    assert items == [] and [r.split(":")[0:2] for r in left.values()] == [
+        ["no benign intent", " invalid_output"]]
 
 
 def test_sorrybench_query_gets_query_only_intent(write_config, llm_server):
@@ -325,7 +342,6 @@ def test_sorrybench_query_gets_query_only_intent(write_config, llm_server):
 
 
 def test_roles_that_cannot_work_fail_before_writing(write_config, llm_server):
-    from tasks.benchmarks.carryon.checklist_roles import resolve_roles
     from tasks.config import load_config
 
     with pytest.raises(ConfigError, match="min_harmless: 4 exceeds the 3 ensemble"):
@@ -338,9 +354,12 @@ def test_checklists_flow_and_rerun(prefect_harness, write_config, llm_server):
     from flows.carryon import carryon
 
     path = write_config()
+    # `--stages checklists` selects the intents too, as before they were a stage of their own.
     summary = asyncio.run(carryon(config=str(path), stages="checklists"))
+    assert summary["stages"]["intents"] == {"queries": 2, "intents": 2,
+                                            "basis": {"context": 2}, "failed": 0}
     st = summary["stages"]["checklists"]
-    assert st["queries"] == 2 and st["checklists"] == 2 and st["items_per_query"]["min"] >= 1
+    assert st["items"] == 2 and st["checklists"] == 2 and st["questions_per_checklist"]["min"] >= 1
     sent = llm_server.counts["total"]
     assert summary["requests"] == sent > 0
     # Replayed from the cache: the same statistics, nothing sent.
@@ -400,13 +419,13 @@ def test_wildguard_text_mode_drops_refusals(write_config, llm_server):
     assert v["ens-2"]["raw"].strip().startswith("Harmful request: yes")
     assert v["ens-1"]["kept"] and v["ens-3"]["kept"]
     # WildGuard's N/A for the refusal line is not a refusal
-    from tasks.benchmarks.carryon.checklists import guard_decision
+    from tasks.stages.checklists.build import guard_decision
 
     assert guard_decision({"harmful_response": False, "response_refusal": None}) == {"kept": True, "reason": None}
 
 
 def test_ensemble_prompt_asks_for_a_detailed_compliant_answer():
-    text = render("carryon/checklists/ensemble.j2", oracle_prompt="I am a nurse.\n\nHow do X?")
+    text = render("checklists/ensemble.j2", oracle_prompt="I am a nurse.\n\nHow do X?")
     assert text.startswith("I am a nurse.\n\nHow do X?")
     assert "detailed, compliant" in text and "Do not refuse" in text
 
@@ -490,7 +509,7 @@ def test_a_cut_off_ensemble_answer_is_recorded_and_not_used(write_config, llm_se
 
 
 def test_truncation_rule_on_call_results():
-    from tasks.benchmarks.carryon.checklists import truncated
+    from tasks.stages.checklists.build import truncated
     from tasks.gateway.client import CallResult
 
     assert truncated(CallResult("h", error="x: Invalid JSON: EOF while parsing a string at line 1",
@@ -506,7 +525,7 @@ def test_truncation_rule_on_call_results():
 
 
 def test_role_token_budgets(write_config, llm_server, tmp_path):
-    from tasks.benchmarks.carryon.checklist_roles import ROLE_MAX_TOKENS, resolve_roles
+    from tasks.stages.checklists.roles import ROLE_MAX_TOKENS
     from tasks.config import load_config
 
     cfg = base_config(llm_server.api_base, tmp_path / "home")
@@ -530,9 +549,9 @@ def test_categories_are_the_papers_seven_and_disclaimers_are_not_items():
     for retired in ("Safety Consideration", "Ethical Consideration"):
         with pytest.raises(ValueError):
             m.model_validate({"items": [{"question": "q", "category": retired, "source_answers": ["a"]}]})
-    dec = render("carryon/checklists/decompose.j2", oracle_prompt="o", answer="a", categories=ITEM_CATEGORIES,
+    dec = render("checklists/decompose.j2", oracle_prompt="o", answer="a", categories=ITEM_CATEGORIES,
                  max_items=23)
-    merge = render("carryon/checklists/merge.j2", oracle_prompt="o", answers=[], answer_ids=["a"],
+    merge = render("checklists/merge.j2", oracle_prompt="o", answers=[], answer_ids=["a"],
                    categories=list(ITEM_CATEGORIES), max_items=23)
     assert "Warnings, disclaimers" in dec and "are NOT\n  items" in dec
     assert "drop any question about a warning, disclaimer" in merge

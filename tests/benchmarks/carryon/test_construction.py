@@ -8,8 +8,11 @@ import asyncio
 import datetime as dt
 import json
 
+from types import SimpleNamespace
+
 import pytest
 
+from tasks.bench import load_spec
 from tasks.benchmarks.carryon.report import construction
 from warehouse import Warehouse
 
@@ -124,45 +127,59 @@ def test_empty_warehouse_has_notes_and_no_figure(tmp_path):
 
 
 # ----- one population ----------------------------------------------------------------------------
-def test_only_checklisted_queries_enter_simulation(wh):
-    from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET, select_checklisted
-    from tasks.benchmarks.carryon.queries import QueryRow
+def test_only_queries_with_an_intent_and_a_checklist_enter_simulation(wh):
+    # The intents stage leaves out the queries without a benign intent; the checklists stage
+    # those without a current checklist, each with the step and reason that left it out.
+    from tasks.benchmarks.carryon.prepared import NO_INTENT_YET
+    from tasks.core.items import Item, prepare_items
+    from tasks.stages.checklists import NOT_BUILT_YET
 
     wh.write("intents", [{"query_id": q, "intent": f"intent {q}", "oracle_prompt": f"oracle {q}",
-                          "model": "m", "basis": "context"} for q in ("q1", "q2", "q4")])
-    qs = [QueryRow(q, "sample", "c", f"query {q}", None, None) for q in ("q1", "q2", "q3", "q4", "q5", "q9")]
-    ready, skipped, by_step = select_checklisted(wh, qs)
-    assert [r["query_id"] for r in ready] == ["q1", "q2"]
-    assert ready[0] == {"query_id": "q1", "intent": "intent q1", "oracle_prompt": "oracle q1"}
-    assert skipped == {
-        "q3": "no checklist: intent: no benign intent stored",  # a checklist, but no intent
+                          "model": "m", "basis": "context"} for q in ("q1", "q2", "q3", "q4", "q9")]
+             + [{"query_id": "q5", "intent": None, "oracle_prompt": None, "model": "m",
+                 "basis": "context", "error": "api_error: x"}])
+    items = [Item(q, i, {"query": f"query {q}"}) for i, q in enumerate(("q1", "q2", "q3", "q4", "q5", "q6", "q9"))]
+    ctx = SimpleNamespace(warehouse=wh, config=SimpleNamespace(spec=load_spec("carryon")))
+    ready, left = prepare_items(ctx, items)
+    assert [i.item_id for i in ready] == ["q1", "q2", "q3"]
+    assert ready[0].prompts == {"query": "query q1", "oracle": "oracle q1"}
+    assert ready[0].hidden["intent"] == "intent q1"
+    assert [q["question"] for q in ready[0].hidden["checklist"]] == [f"Q{i}?" for i in range(1, 9)]
+    assert ready[0].hidden["checklist_version"] == "v1new"  # the latest created
+    assert left == {
         "q4": "no checklist: guard: 1 harmless answer(s) < min_harmless 3",
-        "q5": "no checklist: intent: no benign intent: api_error: x",
-        "q9": NO_CHECKLIST_YET}
-    assert by_step == {"intent": 2, "guard": 1, "not built": 1}
+        "q5": "no benign intent: api_error: x",
+        "q6": NO_INTENT_YET,
+        "q9": NOT_BUILT_YET}
 
 
 @pytest.mark.e2e
 def test_episodes_play_only_checklisted_queries(prefect_harness, write_config, llm_server):
     from flows.episodes import episodes_flow
-    from tasks.benchmarks.carryon.simulate_plan import NO_CHECKLIST_YET
-    from tasks.benchmarks.carryon.checklists import build_batch
+    from tasks.benchmarks.carryon.intents import ensure_intents
     from tasks.benchmarks.carryon.queries import run_queries
+    from tasks.core.items import prepare_items, run_items
     from tasks.engine.run import finish_run, open_run
+    from tasks.benchmarks.carryon.prepared import NO_INTENT_YET
+    from tasks.stages.checklists.build import build_batch
+    from tasks.stages.checklists.roles import resolve_roles
 
     path = write_config(dataset={"source": "sample", "path": None, "limit": 3},
                         flows={"lengths": [4], "bc_per_length": 1, "nc_per_length": 0})
-    ctx = open_run(str(path), "checklists", limit=2)
+    ctx = open_run(str(path), "intents,checklists", limit=2)
     try:
         queries = run_queries(ctx)
         first = queries[0].query
+        asyncio.run(ensure_intents(ctx, run_queries(ctx)))
 
         def guard(body):  # every answer to the first query is a refusal
             refusal = first in body["messages"][0]["content"]
             return json.dumps({"harmful_request": False, "response_refusal": refusal,
                                "harmful_response": False})
         llm_server.scripts["wildguard"] = guard
-        asyncio.run(build_batch(ctx, queries))
+        items, _ = prepare_items(ctx, run_items(ctx), until="checklists")
+        work = ctx.config.spec.stage("checklists").work(ctx.config.spec, items)
+        asyncio.run(build_batch(ctx, work, resolve_roles(ctx.config)))
     finally:
         finish_run(ctx, "succeeded")
 
@@ -175,8 +192,9 @@ def test_episodes_play_only_checklisted_queries(prefect_harness, write_config, l
     # The checklists stage prepares the items: the one with a checklist is played; the
     # others are counted by the step and reason that left them without one.
     assert summary["items"] == 1
-    (guard, n), = [(r, n) for r, n in summary["items_not_prepared"].items() if r != NO_CHECKLIST_YET]
+    # (the third query was not in the first two stages' --limit 2: it has no intent yet)
+    (guard, n), = [(r, n) for r, n in summary["items_not_prepared"].items() if r != NO_INTENT_YET]
     assert n == 1 and guard.startswith("no checklist: guard: 0 harmless answer(s) < min_harmless 3")
     assert "3 refusal" in guard
-    assert summary["items_not_prepared"][NO_CHECKLIST_YET] == 1
+    assert summary["items_not_prepared"][NO_INTENT_YET] == 1
     assert {r["query_id"] for r in ctx.warehouse.query("SELECT DISTINCT query_id FROM conversations")} == {q2}

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tasks.config import PAPER_EXCLUDED_CATEGORIES, load_config
+from tasks.benchmarks.carryon.settings import PAPER_EXCLUDED_CATEGORIES
+from tasks.config import load_config
 from tasks.benchmarks.carryon.queries import (
     KNOWN_CASEBENCH_CATEGORIES, SAMPLE_PATH, SORRYBENCH_CATEGORIES, DataError, load_casebench,
     load_sorrybench, query_id, run_queries, select_queries, store_queries,

@@ -306,15 +306,20 @@ def test_safety_history_switch(make_ctx, llm_server):
 def test_conversations_of_a_query_without_item_or_checklist_are_counted_not_judged(make_ctx):
     ctx = make_ctx()
     seed(ctx.warehouse)
-    # c9: a query no episodes stage stored; c8: a query without a checklist.
+    # c9: a query no episodes stage stored; c8: a query with an intent but no checklist; c6:
+    # a query without an intent (the first stage that left it out says why).
     ctx.warehouse.write_many(carryon_rows([
         ("conversations", [{**_conv("c9", "BC"), "query_id": "ff"},
-                           {**_conv("c8", "BC"), "query_id": "ee"}]),
-        ("turns", _turns("c9", ["q", "r"]) + _turns("c8", ["q", "r"])),
-        ("bench_items", [carryon_item("ee", "q")])]))
-    _, out = run_all(ctx, ["c1", "c8", "c9"])
+                           {**_conv("c8", "BC"), "query_id": "ee"},
+                           {**_conv("c6", "BC"), "query_id": "dd"}]),
+        ("turns", _turns("c9", ["q", "r"]) + _turns("c8", ["q", "r"]) + _turns("c6", ["q", "r"])),
+        ("intents", [{"query_id": "ee", "intent": "i", "oracle_prompt": "o", "model": "m",
+                      "basis": "context"}]),
+        ("bench_items", [carryon_item("ee", "q"), carryon_item("dd", "q")])]))
+    _, out = run_all(ctx, ["c1", "c6", "c8", "c9"])
     assert out["episodes"] == 1 and out["not_judged"] == {
-        "item not stored": 1, "no checklist yet: run the checklists stage": 1}
+        "item not stored": 1, "no checklist yet: run the checklists stage": 1,
+        "no benign intent yet: run the intents stage": 1}
     assert ctx.warehouse.query("SELECT DISTINCT conversation_id FROM item_judgments") == [
         {"conversation_id": "c1"}]
 
@@ -326,7 +331,7 @@ def test_verdicts_flow_end_to_end(make_ctx, llm_server, write_config, prefect_ha
 
     llm_server.scripts["benutil_judge"] = keyword_judge
     # The seeded conversations are not the run's planned episodes: the flow judges them.
-    monkeypatch.setattr(fv, "run_episodes", lambda ctx: (
+    monkeypatch.setattr(fv, "judged_episodes", lambda ctx: (
         [(c, Q) for c in ("c1", "c2", "c3", "c4")], _items(ctx)))
     path = write_config()
     ctx = open_run(str(path), stages="verdicts")

@@ -181,6 +181,8 @@ def test_queries_without_checklist_are_not_judged(make_ctx, llm_server):
     seed(ctx.warehouse)
     ctx.warehouse.write_many(carryon_rows([
         ("queries", [{"query_id": "b2", "source": "sample", "category": "x", "query": "Other?"}]),
+        ("intents", [{"query_id": "b2", "intent": "i", "oracle_prompt": "o", "model": "m",
+                      "basis": "context"}]),
         ("bench_items", [carryon_item("b2", "Other?", 1)]),
         ("conversations", [{**_conv("c7", "BC"), "query_id": "b2"}]),
         ("turns", _turns("c7", ["Other?", "an answer"])),

@@ -131,7 +131,7 @@ def test_episode_benchmark_page_in_chromium(chromium, tmp_path):
         _open(chromium, page_file.resolve().as_uri(), check))
     assert errors == []
     # Targets in name order ("<" before "a"): the first shown is target-<b>'s first item.
-    assert "Answer 1 by target-<b>." in first and "benutil fulfilled:1: 1" in first
+    assert "Answer 1 by target-<b>." in first and "benutil · fulfilled:1: 1" in first
     assert targets == ["target-<b>", "target-a"]  # model names are text too
     assert hostile in second and not pwned  # the answer and the reason, shown as text
     assert tables >= 2  # the episode coverage and the section's table

@@ -19,7 +19,7 @@ from tasks.engine.run import RunContext
 from tasks.benchmarks.carryon.simulate_plan import _query_calls, plan_calls, scripts_for
 from tasks.engine.episode import BLOCKED_CONTENT, plan_episodes, play_batch, run_seats
 from tasks.core.items import Item
-from tasks.core.keys import conversation_id
+from tasks.benchmarks.carryon.keys import conversation_id
 from tasks.core.users import clean_user_turn
 from warehouse import Warehouse
 
@@ -382,13 +382,20 @@ def test_flows_for_follows_config(cfg_path):
 
 # ----- the Prefect subflow ---------------------------------------------------------------------
 def _build_checklists(path, limit=None):
-    from tasks.benchmarks.carryon.checklists import build_batch
+    """The intents and the checklists of the run's queries, without Prefect."""
+    from tasks.benchmarks.carryon.intents import ensure_intents
     from tasks.benchmarks.carryon.queries import run_queries
+    from tasks.core.items import prepare_items, run_items
     from tasks.engine.run import finish_run, open_run
+    from tasks.stages.checklists.build import build_batch
+    from tasks.stages.checklists.roles import resolve_roles
 
-    ctx = open_run(str(path), "checklists", limit=limit)
+    ctx = open_run(str(path), "intents,checklists", limit=limit)
     try:
-        return asyncio.run(build_batch(ctx, run_queries(ctx)))
+        asyncio.run(ensure_intents(ctx, run_queries(ctx)))
+        items, _ = prepare_items(ctx, run_items(ctx), until="checklists")
+        work = ctx.config.spec.stage("checklists").work(ctx.config.spec, items)
+        return asyncio.run(build_batch(ctx, work, resolve_roles(ctx.config)))
     finally:
         finish_run(ctx, "succeeded")
 
@@ -632,7 +639,7 @@ def test_move_check_exclude_failing(cfg_path, write_config, llm_server):
     assert n_failing == 4 + 3  # q-aaa: P, BR>R, R>BJ, D>R; q-bbb: R, P>BR, BC>P
     # The metric views keep completed conversations only (R6) of checklisted queries (R11:
     # this test simulates without the checklists stage, so give both queries a checklist row).
-    from warehouse.schema import Checklist
+    from tasks.stages.checklists.tables import Checklist
 
     ctx.warehouse.write(Checklist, [{"query_id": q, "checklist_version": "v1", "n_items": 1,
                                      "created": dt.datetime(2025, 1, 1), "run_id": "r"}

@@ -26,7 +26,7 @@ from tasks.core.items import Item
 from tasks.gateway.client import CallResult
 from tasks.judges import act
 from tasks.core.judges import TurnView
-from tasks.core.targets import Reply, Seat
+from tasks.core.targets import Reply, Seat, TargetPolicy
 from tasks.core.users import ANSWERED, SINGLE_TURN, EpisodeState, PolicyEnv, Stop, UserTurn
 from warehouse import Warehouse
 
@@ -423,7 +423,7 @@ def test_static_user_plans_depths_and_replays_the_prefix():
         persona_user.StaticArgs(depths=[1, 4])
 
 
-class Echo:
+class Echo(TargetPolicy):
     takes_model = False
 
     async def respond(self, env, seat, state):
@@ -443,8 +443,9 @@ def test_the_engine_replays_the_prefix_then_judges_one_act():
                     (3, "assistant", 2, None, "The one in the Caucasus?"), (4, "user", 3, None, "Yes."),
                     (5, "assistant", 3, None, "turn 3 after 5 messages")]
     assert (played.episode["termination"], played.episode["script"]) == (SINGLE_TURN, "depth3")
-    # no prefix method: the opening alone (every other policy plays as before)
-    assert replayed_prefix(object(), item, cond, ()) == []
+    # a policy that keeps the default prefix: the opening alone (every other policy plays as
+    # before)
+    assert replayed_prefix(spec.user(spec.condition("live")), item, cond, ()) == []
 
     class Bad:
         name = "bad"

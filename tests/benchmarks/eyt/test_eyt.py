@@ -335,13 +335,13 @@ def test_final_and_subjective_judges_read_the_whole_conversation():
 def test_a_judge_embedding_request_goes_through_the_gateways_embed(gateway, llm_server):
     """The engine's judge loop sends an EmbedRequest through tasks/gateway/embed.py (cached,
     recorded under the judge's role) and hands the judge one vector per text."""
-    from tasks.engine.judge_calls import SpecKind
+    from tasks.engine.judge_calls import BatchJudge
     from tasks.engine.judge_calls import run_calls
 
     item = LOAD(SAMPLE)[0]
     turns = [_turn(item, 1, [_aside("plan a cheap weekend trip with her two teenagers")]),
              _turn(item, 2, [_aside("x"), _aside("y")])]
-    kind = SpecKind(J.JUDGES["eyt_drift"], [spec_for(llm_server)], "set-1")
+    kind = BatchJudge(J.JUDGES["eyt_drift"], [spec_for(llm_server)], "set-1")
     keys = [kind.add(kind.requests(t)) for t in turns]
     asyncio.run(run_calls(gateway, [kind]))
     for t, k in zip(turns, keys):

@@ -22,6 +22,9 @@ from tasks.core.registry import section
 from tasks.report.assemble import Written
 
 
+BENCHMARK = "carryon"  # the built-in spec's name: its views are made for rows of that name
+
+
 def _clean(v):
     # Prefect stores artifacts as JSON: NaN is not JSON, and None says "no value" plainly.
     return None if isinstance(v, float) and math.isnan(v) else v
@@ -50,6 +53,14 @@ def check(spec) -> None:
     from tasks.benchmarks.carryon.conditions import carryon_conditions
 
     carryon_conditions(spec)  # exactly BC, NC and oracle, else one line naming them
+    if spec.views is None and spec.name != BENCHMARK:
+        # Its tables read the metric views (model_summary, conversation_scores, ...) the
+        # spec's views.sql makes for the spec's own rows (the built-in spec's for a spec
+        # named like it): without them it would read another benchmark's rows, and say "no
+        # judgment sets" over stored verdicts.
+        raise ValueError("report: paper reads CarryOnBench's metric views of the spec's own "
+                         "rows, and this spec brings none (views: {file: views.sql, prefix: "
+                         "carryon}, with CarryOnBench's views.sql beside the spec)")
     kinds = [j.kind for _, j in spec.judge_objects()]
     if "benutil" not in kinds or "safety" not in kinds:
         raise ValueError(f"judges: CarryOnBench's views and report read Ben-Util and safety "

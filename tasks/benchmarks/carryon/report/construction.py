@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.benchmarks.carryon.checklist_models import ITEM_CATEGORIES, RETIRED_CATEGORIES
+from tasks.stages.checklists.models import ITEM_CATEGORIES, RETIRED_CATEGORIES
 from tasks.benchmarks.carryon.report.analyses import Stat
 
 PAPER_RANGE = (7, 23)  # the paper's checklists hold 7 to 23 items, 18 on average
@@ -31,14 +31,22 @@ STEP_ORDER = ("intent", "ensemble", "guard", "decompose", "merge", "misuse")
 
 
 def dropped_queries(wh) -> list[dict]:
-    """The queries the checklist stage dropped, in step order: query_id, the query's category,
-    the step and the reason (from ``checklist_queries``, written by the latest run that
-    processed each query). These queries are not simulated, judged or measured."""
+    """The queries left without a checklist, in step order: query_id, the query's category,
+    the step and the reason: those whose intent the intents stage could not write (step
+    ``intent``, from ``intents``), and those the checklists stage dropped (from
+    ``checklist_queries``, written by the latest run that processed each query; a home
+    written before the intents stage was its own has its intent drops there too). These
+    queries are not simulated, judged or measured."""
     rows = wh.query(
-        "SELECT cq.query_id, q.category, cq.step, cq.reason FROM checklist_queries cq "
-        "LEFT JOIN queries q USING (query_id) "
-        "WHERE NOT cq.kept AND NOT EXISTS (SELECT 1 FROM checklists c WHERE c.query_id = cq.query_id) "
-        "ORDER BY cq.query_id")
+        "WITH cq AS (SELECT query_id, step, reason FROM checklist_queries cq WHERE NOT kept "
+        "  AND NOT EXISTS (SELECT 1 FROM checklists c WHERE c.query_id = cq.query_id)), "
+        "intent AS (SELECT query_id, 'intent' AS step, 'no benign intent: ' || error AS reason "
+        "  FROM intents WHERE intent IS NULL "
+        "  AND NOT EXISTS (SELECT 1 FROM checklists c WHERE c.query_id = intents.query_id)) "
+        "SELECT d.query_id, q.category, d.step, d.reason FROM ("
+        "  SELECT * FROM intent UNION ALL "
+        "  SELECT * FROM cq WHERE query_id NOT IN (SELECT query_id FROM intent)) d "
+        "LEFT JOIN queries q USING (query_id) ORDER BY d.query_id")
     order = {s: i for i, s in enumerate(STEP_ORDER)}
     return sorted(rows, key=lambda r: (order.get(r["step"], len(order)), r["query_id"]))
 

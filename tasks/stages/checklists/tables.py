@@ -1,38 +1,17 @@
-"""Tables of stage 1: queries, benign intents and the checklist pipeline's outputs."""
+"""The checklists stage's tables (tasks/stages/checklists/): each item's ensemble answers, guard
+verdicts, decomposed, merged and final questions, its checklist versions and why an item got
+none. They key an item by its id in the column ``query_id``, the name CarryOnBench's homes
+have always had (its items are its queries). The stage brings them to every warehouse
+(``registry.tables``), rendered in schema.json beside this file:
+
+    python -m warehouse.schema_file tasks.stages.checklists.tables tasks/stages/checklists/schema.json
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from sqlmodel import Field, SQLModel
-
-
-class Query(SQLModel, table=True):
-    __tablename__ = "queries"
-    query_id: str = Field(primary_key=True)  # hash of source + query text
-    source: str  # sample | casebench | sorrybench
-    category: str  # canonical SORRY-Bench name (tasks/benchmarks/carryon/categories.py)
-    query: str
-    context: str | None = None  # JSON of the safe context (CASE-Bench shape)
-    safe_rate: float | None = None
-    category_id: int | None = None  # SORRY-Bench id 1..45
-    domain: str | None = None  # SORRY-Bench domain: Hate Speech Generation, ...
-
-
-class Intent(SQLModel, table=True):
-    """The benign intent of a query, written by the intent_rewriter role."""
-
-    __tablename__ = "intents"
-    query_id: str = Field(primary_key=True)
-    intent: str | None = None  # null when the rewriter failed (see error)
-    oracle_prompt: str | None = None
-    model: str
-    call_hash: str | None = None
-    error: str | None = None
-    # "context": rewritten from the safe context; "query_only": no context (SORRY-Bench), the
-    # rewriter proposed a plausible purpose from the query alone.
-    basis: str = "context"
-
 
 class EnsembleAnswer(SQLModel, table=True):
     __tablename__ = "ensemble_answers"

@@ -1,4 +1,4 @@
-"""The checklist stage's models (roles ``ensemble``, ``wildguard``, ``decomposer``, ``merger``,
+"""The checklists stage's models (roles ``ensemble``, ``wildguard``, ``decomposer``, ``merger``,
 ``misuse_filter``) with the stage's token budgets, checked before anything is written."""
 
 from __future__ import annotations
@@ -7,6 +7,22 @@ import dataclasses
 from dataclasses import dataclass
 
 from tasks.config import Config, ConfigError, ModelSpec
+from tasks.roles import Role
+
+# The construction roles, called by this stage and nothing else (configs of the first release
+# held them: their entries stay in every config's hash, tasks/roles.py ``first_release``).
+ROLES = (
+    Role("ensemble", ("checklists",), "list", "checklists/ensemble.j2", None, (230, None),
+         first_release=True),
+    Role("wildguard", ("checklists",), "one", "checklists/wildguard.j2", "GuardVerdict",
+         (250, 20), first_release=True),
+    Role("decomposer", ("checklists",), "one", "checklists/decompose.j2", "Decomposition",
+         (550, 500), first_release=True),
+    Role("merger", ("checklists",), "one", "checklists/merge.j2", "MergedList", (450, 1000),
+         first_release=True),
+    Role("misuse_filter", ("checklists",), "one", "checklists/misuse.j2", "MisuseVerdicts",
+         (800, 600), first_release=True),
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +57,7 @@ def resolve_roles(cfg: Config) -> Roles:
     ensemble = cfg.role_specs("ensemble")  # distinct names (the config's check): answer ids
     if len(ensemble) < cfg.checklists.min_harmless:
         raise ConfigError(f"{where}: checklists.min_harmless: {cfg.checklists.min_harmless} "
-                          f"exceeds the {len(ensemble)} ensemble model(s); no query could be kept")
+                          f"exceeds the {len(ensemble)} ensemble model(s); no item could be kept")
     ensemble = [_budgeted(cfg, "ensemble", s, e) for s, e in zip(ensemble, cfg.models.ensemble)]
     one = {role: _budgeted(cfg, role, cfg.role_spec(role), getattr(cfg.models, role))
            for role in ("wildguard", "decomposer", "merger", "misuse_filter")}
