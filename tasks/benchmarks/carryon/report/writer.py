@@ -23,7 +23,7 @@ from tasks.benchmarks.carryon.report.data import ReportData, browser_data, load
 from tasks.benchmarks.carryon.report.figure_cache import draw_once
 from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 from tasks.benchmarks.carryon.report.stats_cache import stats_once
-from tasks.report.folder import atomic_folder
+from tasks.report.folder import atomic_folder, checkpoint
 from warehouse import Warehouse
 
 
@@ -50,6 +50,7 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
     """Run one analysis; ``specs`` = the (key, title) of each Stat it returns. An analysis
     that raises on data nobody foresaw gives a visible "Not computed" note for each of its
     Stats (and a logged traceback) instead of losing the whole report."""
+    checkpoint()  # a Ctrl-C ends the report here (outside the try: it is no failed analysis)
     try:
         out = fn()
     except Exception as e:  # noqa: BLE001 - a bug in one statistic must not cost the report
@@ -233,6 +234,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
     }
     out = []
     for name, caption in FIGURES:
+        checkpoint()
         path = folder / name
         inputs, drawing = draw[name]
         try:
