@@ -32,9 +32,10 @@ hold every benchmark's rows, so a run of another benchmark in the same home chan
 next rerun replays its stages once (from the cache) instead of skipping them.
 
 The report keeps one too: it reads any table, so its memo watches every table of the
-warehouse but the run bookkeeping (``runs``, ``stage_memos``) as they stood once it was
-written (its own statistics' tables included), beside the source, the config, the run's work
-and the versions of the libraries that compute and draw. A rerun that finds them all as they
+warehouse as it stood once the report was written, but the run bookkeeping (``runs``,
+``stage_memos``) and the tables the report itself refreshes each time (a section's
+``writes``: CarryOnBench's ``table2_ci``), beside the source, the config, the run's work and
+the versions of the libraries that compute and draw. A rerun that finds them all as they
 were, and the report folder still there, keeps that folder (the summary names it and the run
 that wrote it) instead of writing the same numbers again; ``carryon report`` writes one for
 any run at any time.
@@ -120,13 +121,16 @@ def source_version() -> str:
     return h.hexdigest()
 
 
-def data_tables(wh) -> tuple[str, ...]:
-    """Every table of the warehouse but ``BOOKKEEPING``: what a report may read."""
+def data_tables(wh, spec) -> tuple[str, ...]:
+    """Every table of the warehouse but ``BOOKKEEPING`` and those the spec's report writes
+    itself (its sections' ``writes``): what a report may read."""
+    from tasks.report.assemble import written_tables
+
     with wh.connect(read_only=True) as con:
         names = {r[0] for r in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_catalog = "
             "current_database() AND table_type = 'BASE TABLE'").fetchall()}
-    return tuple(sorted(names - set(BOOKKEEPING)))
+    return tuple(sorted(names - set(BOOKKEEPING) - set(written_tables(spec))))
 
 
 def table_digests(wh, tables) -> dict[str, list]:
@@ -167,7 +171,7 @@ class StageMemo:
         """The tables whose state the memo records: the stage's own, or for the report every
         table it may read (see the module docstring)."""
         if is_report(self.ctx.config.spec, self.stage):
-            return data_tables(self.ctx.warehouse)
+            return data_tables(self.ctx.warehouse, self.ctx.config.spec)
         return self.ctx.config.spec.stage(self.stage).outputs
 
     @classmethod
@@ -254,10 +258,12 @@ def kept_stages(ctx) -> dict | None:
     follows says what it skips."""
     work_rows, source = ctx.config.spec.work_stage().rows(ctx), source_version()
     kept = {}
-    for stage in ctx.stages:
-        memo = StageMemo.open(ctx, stage, work_rows, source)
-        summary = memo.skipped(say=False) if memo is not None else None
-        if summary is None:
-            return None
-        kept[stage] = summary
+    # One attachment for every read (each alone costs a DuckDB ATTACH, ~15 ms here).
+    with ctx.warehouse.connect(read_only=True):
+        for stage in ctx.stages:
+            memo = StageMemo.open(ctx, stage, work_rows, source)
+            summary = memo.skipped(say=False) if memo is not None else None
+            if summary is None:
+                return None
+            kept[stage] = summary
     return kept

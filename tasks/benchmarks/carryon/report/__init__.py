@@ -67,8 +67,10 @@ def check(spec) -> None:
                          f"verdicts: the spec needs benutil and safety; got {spec.judges}")
 
 
+# writes: the table it refreshes with every report (Table 2's intervals, for SQL): an output
+# of the report, never one of its inputs (tasks/engine/stage_memo.py).
 @section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console,
-         check=check, calibration=calibration_cells)
+         check=check, calibration=calibration_cells, writes=("table2_ci",))
 def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
     from tasks.benchmarks.carryon.report.writer import build, summary_rows
