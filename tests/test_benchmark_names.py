@@ -42,6 +42,7 @@ ALLOWED = {
     ("tasks/users/scripted.py", "NC"): "the scripted user's script groups",
     # How a call travels (live or in a provider batch), not ClarifyMT's condition.
     ("tasks/gateway/prices.py", "live"): "a price's submission mode",
+    ("tasks/engine/check.py", "live"): "the folder of a check's live (not batched) requests",
 }
 
 

@@ -86,7 +86,11 @@ def entries(cfg) -> list[Entry]:
     """Every configured model entry, one per distinct request (its where's merged)."""
     cfg.spec  # noqa: B018 (loads the benchmark: its components declare their roles)
     out: dict[tuple, Entry] = {}
-    for role, specs in cfg.all_specs().items():
+    by_role = cfg.all_specs()
+    # In the spec's order of roles (the config's own order follows component registration).
+    order = {r: i for i, r in enumerate(cfg.spec.config_roles())}
+    for role in sorted(by_role, key=lambda r: order.get(r, len(order))):
+        specs = by_role[role]
         known = registry.role(role)
         for s in specs:
             kind = ("text" if s.mode == "wildguard" else

@@ -10,7 +10,7 @@ change of the engine, the warehouse or the report.
 ``tests/fixtures/pre_engine/`` holds an older home (CarryOnBench only, written at commit
 5b0e871, before the benchmark spec and the episode engine: an older warehouse schema and a
 cache of pickled values), against the loopback server on port 18791. Its cache is converted
-first, as the README tells a user to (``carryon cache convert``). Its prompts predate the
+first, as docs/results.md tells a user to (``carryon cache convert``). Its prompts predate the
 fences around model-written text and the answer formats that describe their fields, changes
 of rule made on purpose: the targets' answers to the bare query (their first turns, whose
 prompt is the query itself) still come from its cache, the calls whose prompts changed

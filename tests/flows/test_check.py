@@ -52,12 +52,12 @@ def test_one_row_per_model_entry_and_all_pass(tmp_path, llm_server):
     got = entries(load_config(path))
     # The helper model is one request for the four roles that send it alike; the judge's two
     # roles too; every other entry its own.
-    wheres = sorted(", ".join(e.where) for e in got)
-    assert wheres == sorted([
-        "models.benutil_judge, models.safety_judge",
-        "models.intent_rewriter, models.decomposer, models.merger, models.misuse_filter",
-        "models.ensemble[0]", "models.ensemble[1]", "models.ensemble[2]", "models.targets[0]",
-        "models.user_simulator", "models.wildguard"])
+    wheres = sorted(sorted(e.where) for e in got)
+    assert wheres == sorted(sorted(w) for w in [
+        ["models.benutil_judge", "models.safety_judge"],
+        ["models.intent_rewriter", "models.decomposer", "models.merger", "models.misuse_filter"],
+        ["models.ensemble[0]"], ["models.ensemble[1]"], ["models.ensemble[2]"],
+        ["models.targets[0]"], ["models.user_simulator"], ["models.wildguard"]])
     r = invoke("check", "--config", str(path))
     assert r.exit_code == 0, r.output
     rows = _rows(r.output)
