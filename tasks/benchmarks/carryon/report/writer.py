@@ -295,16 +295,6 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     return rep, browser
 
 
-def summary_rows(wh: Warehouse) -> list[dict]:
-    """model_summary rows (for console printing and the Prefect table artifact), each with the
-    share of its judgments that were scored beside the numbers resting on them: a utility
-    computed from a few scored judgments must not read like one computed from all."""
-    return wh.query("SELECT m.*, round(c.scored_pct, 1) AS benutil_scored_pct, "
-                    "round(c.safety_scored_pct, 1) AS safety_scored_pct "
-                    "FROM model_summary m LEFT JOIN target_coverage c USING (target) "
-                    "ORDER BY m.target")
-
-
 def _condition_rule(names) -> list[str]:
     """A rule line when the spec names the conditions otherwise than the paper (the tables
     and analyses say BC, NC and Oracle)."""
