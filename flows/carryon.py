@@ -22,11 +22,10 @@ from prefect.context import SyncClientContext
 
 import prompts
 from flows.report import republish_report
-from tasks import untrusted
 from tasks.ops import interrupt
-from tasks.engine.run import finish_run, open_run
+from tasks.engine.run import finish_run, get_run, open_run, run_totals
 from tasks.engine.stage_errors import StageFailed
-from tasks.engine.stage_memo import StageMemo
+from tasks.engine.stage_memo import StageMemo, keeps_memo
 
 __all__ = ["StageFailed", "carryon", "stage_flow"]
 
@@ -47,8 +46,8 @@ def _restamp_report(ctx, summary: dict) -> None:
     """Show the closed run's status in report.md / report.html (see the module docstring)."""
     report = summary["stages"].get("report")
     folder = report.get("report") if isinstance(report, dict) else None
-    if not folder:
-        return
+    if not folder or "unchanged_since" in report:
+        return  # no report, or one kept from the run that wrote it (and stamped it)
     from pathlib import Path
 
     from tasks.report.page_base import restamp_status
@@ -70,24 +69,28 @@ async def _release_limits(ctx) -> None:
 @flow(name="carryon")
 async def carryon(config: str, stages: str = "all", limit: int | None = None,
                   shard_index: int = 0, shard_count: int = 1, replay: bool = False,
-                  retry_failed: bool = False, budget_usd: float | None = None) -> dict:
+                  retry_failed: bool = False, budget_usd: float | None = None,
+                  opened_run: str | None = None) -> dict:
     """``replay``: run every stage, also those whose inputs are unchanged since they last ran
     whole (tasks/engine/stage_memo.py; by default those are skipped, their rows already stored).
     ``retry_failed``: send again the deterministic calls whose failure an earlier run
     remembered (tasks/gateway/client.py); implies ``replay``. ``budget_usd``: the spending
-    cap in place of the config's (tasks/gateway/budget.py)."""
+    cap in place of the config's (tasks/gateway/budget.py). ``opened_run``: the id of a run
+    this process already opened with these arguments (``carryon run`` opens it to see
+    whether any stage must run before it starts Prefect's server); None: the flow opens it."""
     # One synchronous Prefect client for the whole run: the stages' progress and report
     # artifacts are sync calls, and each would otherwise build its own client (~50 ms, most
     # of it loading TLS certificates, even for an http:// API).
     with SyncClientContext.get_or_create():
         return await _carryon(config, stages, limit, shard_index, shard_count,
-                              replay or retry_failed, retry_failed, budget_usd)
+                              replay or retry_failed, retry_failed, budget_usd, opened_run)
 
 
 async def _carryon(config: str, stages: str, limit: int | None, shard_index: int,
                    shard_count: int, replay: bool, retry_failed: bool = False,
-                   budget_usd: float | None = None) -> dict:
-    ctx = open_run(config, stages, limit, shard_index, shard_count, budget_usd=budget_usd)
+                   budget_usd: float | None = None, opened_run: str | None = None) -> dict:
+    ctx = (get_run(opened_run) if opened_run else
+           open_run(config, stages, limit, shard_index, shard_count, budget_usd=budget_usd))
     # Every stage of the run renders the benchmark's own templates (prompts/ beside its spec)
     # before the shared ones: set here, inside the flow, so its subflows and tasks inherit it.
     try:
@@ -108,7 +111,7 @@ async def _stages(ctx, replay: bool, retry_failed: bool) -> dict:
             interrupt.raise_if_requested()  # Ctrl-C: no further stage starts
             started = time.perf_counter()
             memo = kept = None
-            if ctx.config.spec.stage(stage).outputs:  # a replay records its memo too
+            if keeps_memo(ctx.config.spec, stage):  # a replay records its memo too
                 if work_rows is None:  # the run's work (queries, items) as rows
                     work_rows = ctx.config.spec.work_stage().rows(ctx)
                 memo = StageMemo.open(ctx, stage, work_rows)
@@ -130,15 +133,7 @@ async def _stages(ctx, replay: bool, retry_failed: bool) -> dict:
             finish_run(ctx, "failed", _error_line(e))
         raise
     await _release_limits(ctx)
-    gw = ctx._gateway
-    summary["requests"] = sum(s.requests for s in gw.stats.values()) if gw else 0
-    summary["cache_hits"] = sum(s.hits for s in gw.stats.values()) if gw else 0
-    summary["failures"] = {r: s.failures for r, s in gw.stats.items() if s.failures} if gw else {}
-    # Failures read back from earlier runs (deterministic junk), not sent again.
-    summary["remembered_failures"] = ({r: s.remembered for r, s in gw.stats.items()
-                                       if s.remembered} if gw else {})
-    # Model-written turns cut to limits.prompt_turn_chars in the prompts that showed them.
-    summary["capped_turns"] = untrusted.cuts()
+    summary.update(run_totals(ctx))
     finish_run(ctx, "succeeded")
     _restamp_report(ctx, summary)
     return summary

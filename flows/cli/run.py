@@ -39,7 +39,7 @@ def run(config: str = ConfigOpt,
     from tasks.engine.stage_errors import StageFailed
     from tasks.core.judges import JudgeError
     from tasks.report import ReportError
-    from tasks.engine.run import parse_stages, preflight, with_budget
+    from tasks.engine.run import close_if_open, parse_stages, preflight, with_budget
     from warehouse import WarehouseError
 
     try:  # validate before Prefect starts (its server costs seconds)
@@ -48,6 +48,23 @@ def run(config: str = ConfigOpt,
         preflight(cfg, selected, limit)
     except (ConfigError, JudgeError) as e:
         _fail(str(e))
+    opened = None
+    if not (replay or retry_failed):
+        # A run whose every stage is unchanged needs no Prefect server, no workers and no flow:
+        # it is recorded (a runs row, succeeded) and answered here, in a second or so. Else the
+        # run stays open and the flow takes it over.
+        from tasks.engine.run import finish_if_unchanged, open_run
+
+        try:
+            ctx = open_run(config, stages, limit, shard_index, shard_count, check=False,
+                           budget_usd=budget_usd, loaded=cfg)
+            summary = finish_if_unchanged(ctx)
+        except (ConfigError, DataError, WarehouseError, CacheError) as e:
+            _fail(str(e))
+        if summary is not None:
+            _after_run(cfg, summary)
+            return
+        opened = ctx.run_id
     from tasks.ops import interrupt
     from tasks.ops.ephemeral import TemporaryServerError, start_temporary_server
     from tasks.gateway.workers import prestart, stop_prestarted, worker_count
@@ -78,15 +95,24 @@ def run(config: str = ConfigOpt,
         summary = interrupt.run(lambda: carryon(
             config=config, stages=stages, limit=limit, shard_index=shard_index,
             shard_count=shard_count, replay=replay, retry_failed=retry_failed,
-            budget_usd=budget_usd))
+            budget_usd=budget_usd, opened_run=opened))
     except interrupt.Interrupted as e:  # a signal (130) or the budget (3): one line
         typer.echo(f"run stopped: {e}", err=True)
         raise typer.Exit(e.code)
     except (ConfigError, DataError, JudgeError, ReportError, WarehouseError, CacheError,
             TemporaryServerError, ServerUnavailable, StageFailed) as e:
+        close_if_open(opened, "failed", str(e))
         _fail(str(e))
+    except KeyboardInterrupt:  # before the flow's loop took the signals over
+        close_if_open(opened, "interrupted", "interrupted by SIGINT before the flow started")
+        raise
     finally:
         stop_prestarted()
+    _after_run(cfg, summary)
+
+
+def _after_run(cfg, summary: dict) -> None:
+    """What ``carryon run`` prints of a finished run, and its exit status."""
     _print_summary(summary, cfg.spec)
     from tasks.config import is_smoke_model
 

@@ -264,10 +264,11 @@ def new_run_id(cfg: Config) -> str:
 
 def open_run(config_path: str, stages=None, limit: int | None = None, shard_index: int = 0,
              shard_count: int = 1, check: bool = True,
-             budget_usd: float | None = None) -> RunContext:
+             budget_usd: float | None = None, loaded: Config | None = None) -> RunContext:
     """Validate everything, then record the run. Raises ConfigError before writing anything.
-    ``budget_usd``: the cap in place of the config's (``carryon run --budget-usd``)."""
-    cfg = with_budget(load_config(config_path), budget_usd)
+    ``budget_usd``: the cap in place of the config's (``carryon run --budget-usd``);
+    ``loaded``: the config at ``config_path`` as the caller already loaded it (with that cap)."""
+    cfg = loaded or with_budget(load_config(config_path), budget_usd)
     selected = parse_stages(stages, cfg.spec.stages, cfg.spec.renamed_stages)
     if limit is not None and limit <= 0:
         raise ConfigError("--limit must be a positive number of queries")
@@ -294,6 +295,53 @@ def open_run(config_path: str, stages=None, limit: int | None = None, shard_inde
                      shard_index=shard_index, shard_count=shard_count)
     _RUNS[run_id] = ctx
     return ctx
+
+
+def run_totals(ctx: RunContext) -> dict:
+    """What a finished run's summary says of its model calls."""
+    from tasks import untrusted
+
+    gw = ctx._gateway
+    stats = gw.stats if gw is not None else {}
+    return {"requests": sum(s.requests for s in stats.values()),
+            "cache_hits": sum(s.hits for s in stats.values()),
+            "failures": {r: s.failures for r, s in stats.items() if s.failures},
+            # Failures read back from earlier runs (deterministic junk), not sent again.
+            "remembered_failures": {r: s.remembered for r, s in stats.items() if s.remembered},
+            # Model-written turns cut to limits.prompt_turn_chars in the prompts that showed them.
+            "capped_turns": untrusted.cuts()}
+
+
+def finish_if_unchanged(ctx: RunContext) -> dict | None:
+    """An open run whose every stage is unchanged since it last ran whole (its memo,
+    tasks/engine/stage_memo.py ``kept_stages``; the report's too): recorded as succeeded with
+    each stage's kept summary, and that summary returned, with no Prefect flow and no model
+    call. None: a stage must run; the run stays open for the flow (flows/carryon.py)."""
+    from tasks.engine.stage_memo import kept_stages, say_kept
+
+    try:
+        kept = kept_stages(ctx)
+        if kept is None:
+            return None
+        for stage, summary in kept.items():
+            say_kept(ctx.config.spec, stage, summary)
+        out = {"run_id": ctx.run_id, "benchmark": ctx.config.spec.name, "home": str(ctx.home),
+               "stages": kept, "seconds": {}, **run_totals(ctx)}
+    except BaseException as e:  # a Ctrl-C, a damaged warehouse: the row says so, never 'running'
+        interrupted = isinstance(e, KeyboardInterrupt)
+        finish_run(ctx, "interrupted" if interrupted else "failed",
+                   "interrupted by SIGINT" if interrupted else f"{type(e).__name__}: {e}")
+        raise
+    finish_run(ctx, "succeeded")
+    return out
+
+
+def close_if_open(run_id: str | None, status: str, error: str) -> None:
+    """Finish a run this process opened and no flow finished (its server failed to start,
+    a Ctrl-C came before the flow began): its row says so instead of staying 'running'."""
+    ctx = _RUNS.get(run_id) if run_id else None
+    if ctx is not None:
+        finish_run(ctx, status, error)
 
 
 def finish_run(ctx: RunContext, status: str, error: str | None = None) -> None:

@@ -27,10 +27,22 @@ a skip is never required for correctness; editing any source file, for instance,
 every stage once. ``carryon run --replay`` (or ``replay=True``) runs every stage regardless.
 
 Every stage that writes tables keeps a memo (its ``outputs``, tasks/stages/): the engine's
-episodes and verdicts, and a benchmark's own (CarryOnBench's checklists). The report writes
-none and always runs. The engine's tables hold every
-benchmark's rows, so a run of another benchmark in the same home changes them: the next rerun
-replays its stages once (from the cache) instead of skipping them.
+episodes and verdicts, and a benchmark's own (CarryOnBench's checklists). The engine's tables
+hold every benchmark's rows, so a run of another benchmark in the same home changes them: the
+next rerun replays its stages once (from the cache) instead of skipping them.
+
+The report keeps one too: it reads any table, so its memo watches every table of the
+warehouse as it stood once the report was written, but the run bookkeeping (``runs``,
+``stage_memos``) and the tables the report itself refreshes each time (a section's
+``writes``: CarryOnBench's ``table2_ci``), beside the source, the config, the run's work and
+the versions of the libraries that compute and draw. A rerun that finds them all as they
+were, and the report folder still there, keeps that folder (the summary names it and the run
+that wrote it) instead of writing the same numbers again; ``carryon report`` writes one for
+any run at any time.
+
+``kept_stages`` answers, before a run starts its Prefect server, whether every stage of it
+would be skipped: then ``carryon run`` records the run without Prefect at all
+(flows/cli/run.py).
 """
 
 from __future__ import annotations
@@ -44,8 +56,12 @@ import sys
 from pathlib import Path
 
 SHARED = ("bench_conditions",)  # written by every run's open_run (the spec's condition names)
+# Tables a report does not read as data: each run's own row, and the memos themselves.
+BOOKKEEPING = ("runs", "stage_memos")
 # The libraries between a cached answer and a stored row (parsing, templates, hashing).
 _LIBRARIES = ("pydantic", "jinja2", "duckdb", "json-repair", "litellm")
+# And those between stored rows and a report (statistics, figures).
+_REPORT_LIBRARIES = ("pandas", "numpy", "scipy", "statsmodels", "matplotlib")
 _ROOT = Path(__file__).resolve().parents[2]
 _SOURCE_DIRS = ("tasks", "flows", "warehouse")
 
@@ -78,12 +94,12 @@ def spec_folder_version(spec) -> str | None:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def _library_versions() -> str:
+@functools.lru_cache(maxsize=2)
+def _library_versions(names: tuple[str, ...] = _LIBRARIES) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for name in _LIBRARIES:
+    for name in names:
         try:
             out.append(f"{name} {version(name)}")
         except PackageNotFoundError:
@@ -103,6 +119,18 @@ def source_version() -> str:
             h.update(f"{tag}/{path.relative_to(root)}\0".encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def data_tables(wh, spec) -> tuple[str, ...]:
+    """Every table of the warehouse but ``BOOKKEEPING`` and those the spec's report writes
+    itself (its sections' ``writes``): what a report may read."""
+    from tasks.report.assemble import written_tables
+
+    with wh.connect(read_only=True) as con:
+        names = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = "
+            "current_database() AND table_type = 'BASE TABLE'").fetchall()}
+    return tuple(sorted(names - set(BOOKKEEPING) - set(written_tables(spec))))
 
 
 def table_digests(wh, tables) -> dict[str, list]:
@@ -140,20 +168,31 @@ class StageMemo:
 
     @property
     def outputs(self) -> tuple[str, ...]:
+        """The tables whose state the memo records: the stage's own, or for the report every
+        table it may read (see the module docstring)."""
+        if is_report(self.ctx.config.spec, self.stage):
+            return data_tables(self.ctx.warehouse, self.ctx.config.spec)
         return self.ctx.config.spec.stage(self.stage).outputs
 
     @classmethod
-    def open(cls, ctx, stage: str, work_rows: list[dict]) -> "StageMemo | None":
-        """``work_rows``: the run's queries or items as rows. None: the stage keeps no memo."""
+    def open(cls, ctx, stage: str, work_rows: list[dict],
+             source: str | None = None) -> "StageMemo | None":
+        """``work_rows``: the run's queries or items as rows; ``source``: ``source_version()``
+        when the caller just computed it. None: the stage keeps no memo."""
         cfg = ctx.config
-        if not cfg.spec.stage(stage).outputs:
-            return None
-        from tasks.gateway.cache import generation
+        source = source or source_version()
+        if is_report(cfg.spec, stage):
+            doc = {"stage": stage, "source": source, "config": _config_doc(cfg),
+                   "work": work_rows, "libraries": _library_versions(_REPORT_LIBRARIES)}
+        elif cfg.spec.stage(stage).outputs:
+            from tasks.gateway.cache import generation
 
-        doc = {"stage": stage, "source": source_version(), "config": _config_doc(cfg),
-               "work": work_rows,
-               "cache_generation": generation(cfg.cache_path),
-               "inputs": table_digests(ctx.warehouse, input_tables(cfg.spec, stage))}
+            doc = {"stage": stage, "source": source, "config": _config_doc(cfg),
+                   "work": work_rows,
+                   "cache_generation": generation(cfg.cache_path),
+                   "inputs": table_digests(ctx.warehouse, input_tables(cfg.spec, stage))}
+        else:
+            return None
         spec_version = spec_folder_version(cfg.spec)
         if spec_version:  # only then: the fingerprints of built-in specs stay as they were
             doc["spec_folder"] = spec_version
@@ -166,18 +205,22 @@ class StageMemo:
         gw = self.ctx._gateway
         return sum(s.failures for s in gw.stats.values()) if gw is not None else 0
 
-    def skipped(self) -> dict | None:
-        """The recorded summary when the stage may be skipped (its own tables as recorded),
-        marked ``unchanged_since``; None: run it."""
+    def skipped(self, say: bool = True) -> dict | None:
+        """The recorded summary when the stage may be skipped (its own tables as recorded;
+        a report's folder still there), marked ``unchanged_since``; None: run it. ``say``:
+        print the line that says so."""
         wh = self.ctx.warehouse
         rows = wh.query("SELECT * FROM stage_memos WHERE fingerprint = ?", [self.fingerprint])
         if not rows or json.loads(rows[0]["outputs"]) != table_digests(wh, self.outputs):
             return None
         summary = json.loads(rows[0]["summary"])
+        report = is_report(self.ctx.config.spec, self.stage)
+        if report and not Path(str(summary.get("report", ""))).is_dir():
+            return None  # the folder was moved or deleted: write it again
         summary.pop("calls", None)  # the recording run's requests, not this run's (none)
         summary["unchanged_since"] = rows[0]["run_id"]
-        print(f"[{self.stage}] inputs unchanged since run {rows[0]['run_id']}: skipped, "
-              "its rows are as that run wrote them", file=sys.stderr, flush=True)
+        if say:
+            say_kept(self.ctx.config.spec, self.stage, summary)
         return summary
 
     def record(self, summary: dict) -> bool:
@@ -191,3 +234,36 @@ class StageMemo:
             "summary": json.dumps(summary, default=str), "run_id": self.ctx.run_id,
             "created": dt.datetime.now(dt.timezone.utc)}])
         return True
+
+
+def is_report(spec, stage: str) -> bool:
+    return spec.stage(stage).phase == "report"
+
+
+def keeps_memo(spec, stage: str) -> bool:
+    """A stage that writes tables, or the report."""
+    return bool(spec.stage(stage).outputs) or is_report(spec, stage)
+
+
+def say_kept(spec, stage: str, summary: dict) -> None:
+    """The line a skipped stage prints."""
+    what = "its report is that run's" if is_report(spec, stage) else "its rows are as that run wrote them"
+    print(f"[{stage}] inputs unchanged since run {summary['unchanged_since']}: skipped, {what}",
+          file=sys.stderr, flush=True)
+
+
+def kept_stages(ctx) -> dict | None:
+    """Every selected stage's kept summary (``skipped``), in order, when all of them would be
+    skipped; None as soon as one would run (or keeps no memo). Prints nothing: the run that
+    follows says what it skips."""
+    work_rows, source = ctx.config.spec.work_stage().rows(ctx), source_version()
+    kept = {}
+    # One attachment for every read (each alone costs a DuckDB ATTACH, ~15 ms here).
+    with ctx.warehouse.connect(read_only=True):
+        for stage in ctx.stages:
+            memo = StageMemo.open(ctx, stage, work_rows, source)
+            summary = memo.skipped(say=False) if memo is not None else None
+            if summary is None:
+                return None
+            kept[stage] = summary
+    return kept

@@ -18,11 +18,12 @@ live cached rate (docs/costs.md gives the pages).
 
 Importing litellm costs seconds (8 s on a loaded 2-core machine), and a run whose calls all go
 to gateway workers, or all hit the cache, never imports it in the run's process: only its
-report's plan columns would. So the plan reads litellm's rates through a small memo file in
-the cache folder (``model_rates.json``), keyed by litellm's version and the model string. It
-is exact only while litellm reads its local price map (``LITELLM_LOCAL_MODEL_COST_MAP``, which
-the gateway sets to True unless the user set it): a remote map can change between runs, so
-then every lookup asks litellm.
+report's plan columns would. So the plan reads litellm's rates from the price map litellm
+ships, as a file (tasks/gateway/price_map.py: where that is sure to give litellm's answer),
+else through a small memo file in the cache folder (``model_rates.json``), keyed by litellm's
+version and the model string. Both are exact only while litellm reads its local price map
+(``LITELLM_LOCAL_MODEL_COST_MAP``, which the gateway sets to True unless the user set it): a
+remote map can change between runs, so then every lookup asks litellm.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.gateway import price_map
 from tasks.gateway.batch_wire import batch_route, entry_batch_route
 from tasks.gateway.price_table import TABLE
 from tasks.gateway.transport import _cached_tokens, _litellm
@@ -133,10 +135,12 @@ def _base(spec: ModelSpec, memo: Path | None) -> tuple[dict, str, str | None]:
         if listed.cached_input_per_mtok is not None:
             rates["cache_read_input_token_cost"] = listed.cached_input_per_mtok / 1e6
         return rates, "table", None
-    if memo is not None and _local_price_map():
-        info = _memo_info(spec.model, memo)
-    else:
-        info = _litellm_info(spec.model)
+    # litellm's bundled map read as a file where that gives litellm's answer (price_map.py),
+    # else litellm itself, through the memo where one is kept.
+    info = price_map.lookup(spec.model) if _local_price_map() else None
+    if info is None:
+        info = (_memo_info(spec.model, memo) if memo is not None and _local_price_map()
+                else _litellm_info(spec.model))
     if not info.get("input_cost_per_token") and not info.get("output_cost_per_token"):
         # Missing, or 0 and 0: litellm's 0 says it has no price, not that the model is free.
         why = ("litellm prices it at 0 in and 0 out (no source says it is free)" if info

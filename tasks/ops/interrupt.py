@@ -125,7 +125,9 @@ def in_flight() -> int:
 
 def _mute_logs() -> None:
     """After the stop: Prefect's engine logs every cancelled task and flow as a crash, with
-    tracebacks. The one line the command prints says what happened instead."""
+    tracebacks. The one line the command prints says what happened instead. Once per stop."""
+    if _muted:
+        return
 
     class _Drop(logging.Filter):
         def filter(self, record) -> bool:
@@ -192,6 +194,9 @@ def _begin_soon() -> None:
     _state.began = time.monotonic()
     loop = _state.loop
     if loop is not None and not loop.is_closed():
+        # At once, not on the loop: a report computing on the loop's thread stops at its next
+        # checkpoint (tasks/report/folder.py), and Prefect would log that as a crash first.
+        _mute_logs()
         loop.call_soon_threadsafe(_begin)
 
 

@@ -56,6 +56,13 @@ def compares(spec) -> tuple[str, ...]:
     return ()
 
 
+def written_tables(spec) -> tuple[str, ...]:
+    """The warehouse tables the spec's report sections refresh whenever they run (a section
+    registered with ``writes=``): the report's outputs, not what it reads."""
+    return tuple(t for name in spec.report
+                 for t in registry.lookup("section", name).meta.get("writes", ()))
+
+
 def console(spec):
     """The headline table ``carryon run`` prints after the report: ``fn(wh) -> (title, rows)``
     of a section registered with ``console=`` (CarryOnBench's model summary), or None."""

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from tasks.core import registry
-from tasks.report.folder import atomic_folder
+from tasks.report.folder import atomic_folder, checkpoint
 from tasks.report.md_common import md_table, run_line
 from tasks.report.sections import failed_target_lines, failure_reasons
 from tasks.roles import report_roles
@@ -98,6 +98,7 @@ def render(cfg, wh, run: dict) -> str:
             "here and left out of every metric.", "", coverage_md(wh, spec.name),
             *failed_targets_md(wh, spec.name), ""]
     for name in report_sections(spec):
+        checkpoint()  # a Ctrl-C ends the report between sections (tasks/report/folder.py)
         title, body = section_md(wh, spec, name)
         out += [f"## {title}", "", body.strip(), ""]
     return "\n".join(out).rstrip() + "\n"

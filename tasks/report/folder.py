@@ -1,5 +1,11 @@
 """A report folder written whole or not at all: files go into a temporary folder beside it,
-which replaces the old folder only when everything was written."""
+which replaces the old folder only when everything was written.
+
+A report takes seconds (statistics, figures, pages) and runs on the flow's own thread, where
+a Ctrl-C cannot cancel it: it calls ``checkpoint()`` between its pieces (each analysis,
+each section's data, each figure, and before the folder replaces the old one), which raises
+``Interrupted`` once a stop was asked for (tasks/ops/interrupt.py). The temporary folder is
+then removed and the old report left as it was; outside a run it never raises."""
 
 from __future__ import annotations
 
@@ -7,6 +13,13 @@ import contextlib
 import shutil
 import tempfile
 from pathlib import Path
+
+from tasks.ops import interrupt
+
+
+def checkpoint() -> None:
+    """Between two pieces of a report: ``Interrupted`` once a stop was asked for."""
+    interrupt.raise_if_requested()
 
 
 @contextlib.contextmanager
@@ -17,6 +30,7 @@ def atomic_folder(final: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         yield tmp
+        checkpoint()  # a stop asked for while it was written: the old folder stays
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -5,12 +5,21 @@ benchmark's own code: the engine's report imports this, never the paper report's
 from __future__ import annotations
 
 import math
+import sys
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas costs a third of a second to import: commands that only register
+    import pandas as pd  # sections (plan, data) need none of it
+
+
+def _missing(v) -> bool:
+    pd = sys.modules.get("pandas")  # not imported: v cannot be one of its missing values
+    return (v is None or (pd is not None and (v is pd.NA or v is pd.NaT))
+            or (isinstance(v, float) and math.isnan(v)))
 
 
 def fmt(v, col: str = "") -> str:
-    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         return "—"
     if isinstance(v, bool):
         return "yes" if v else "no"

@@ -1,5 +1,6 @@
 """The report stage of every benchmark: the spec's report sections, assembled into one report
-folder (tasks/report/assemble.py); it calls no model and keeps no memo (it always runs)."""
+folder (tasks/report/assemble.py); it calls no model. Its memo (tasks/engine/stage_memo.py)
+keeps the folder of the run that wrote it while nothing it reads has changed."""
 
 from __future__ import annotations
 

@@ -42,14 +42,18 @@ def test_unchanged_stages_are_skipped_and_every_change_replays(prefect_harness, 
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
     before = snapshot(wh)
 
-    # A plain rerun: nothing sent, nothing replayed, the same numbers and a new report.
+    # A plain rerun: nothing sent, nothing replayed, the same numbers, and the first run's
+    # report kept (nothing it reads changed), not written again.
     llm_server.reset()
     second = run_flow(path)
     assert llm_server.counts["total"] == 0 and second["requests"] == 0
     assert skipped(second) == dict.fromkeys(MODEL_STAGES, first["run_id"])
     assert second["stages"]["episodes"]["status"] == first["stages"]["episodes"]["status"]
     assert snapshot(wh) == before
-    assert (tmp_path / "home" / "reports" / second["run_id"] / "report.md").exists()
+    assert second["stages"]["report"]["unchanged_since"] == first["run_id"]
+    assert second["stages"]["report"]["report"] == first["stages"]["report"]["report"]
+    assert (tmp_path / "home" / "reports" / first["run_id"] / "report.md").exists()
+    assert not (tmp_path / "home" / "reports" / second["run_id"]).exists()
     # Each run says how long each stage took, skipped or not (the CLI prints it).
     for summary in (first, second):
         assert list(summary["seconds"]) == list(summary["stages"])

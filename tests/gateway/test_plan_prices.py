@@ -157,13 +157,17 @@ def _write(tmp_path, cfg) -> Path:
 
 
 def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
-    """The plan reads litellm's rates through a memo file (prices.py): the same numbers as
-    litellm, and a second process with the memo never imports litellm (seconds per run)."""
+    """For a model litellm's price map file cannot answer for (price_map.py: here, every
+    model), the plan reads litellm's rates through a memo file (prices.py): the same numbers
+    as litellm, and a second process with the memo never imports litellm (seconds per run)."""
     import json
     import subprocess
     import sys
 
+    from tasks.gateway import price_map
     from tasks.gateway.prices import MEMO_NAME
+
+    monkeypatch.setattr(price_map, "lookup", lambda model: None)
 
     memo = tmp_path / MEMO_NAME
     s = spec_for(_Server, model="openai/gpt-4o-mini")
@@ -175,6 +179,7 @@ def test_rate_memo_matches_litellm_and_spares_its_import(tmp_path, monkeypatch):
     assert len(book) == 2 and all(k.startswith("litellm ") for k in book)
     code = (
         "import sys; from pathlib import Path\n"
+        "from tasks.gateway import price_map; price_map.lookup = lambda model: None\n"
         "from tasks.gateway.prices import costs\n"
         "from tests.support.batch import _Server, spec_for\n"
         f"memo = Path({str(memo)!r})\n"

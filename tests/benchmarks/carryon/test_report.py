@@ -11,7 +11,8 @@ import pytest
 
 from tasks.config import load_config
 from tasks.report import ReportError
-from tasks.benchmarks.carryon.report.writer import summary_rows, write_report
+from tasks.benchmarks.carryon.report import summary_rows
+from tasks.benchmarks.carryon.report.writer import write_report
 from tests.support.report import EVIL, build_synthetic, md_table_by_header
 
 

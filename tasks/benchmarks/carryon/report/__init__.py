@@ -30,10 +30,20 @@ def _clean(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
+def summary_rows(wh) -> list[dict]:
+    """model_summary rows (for console printing and the Prefect table artifact), each with the
+    share of its judgments that were scored beside the numbers resting on them: a utility
+    computed from a few scored judgments must not read like one computed from all. Here, not
+    in writer.py: printing them after a run must not import the report's libraries (pandas,
+    statistics: most of a second of an unchanged rerun)."""
+    return wh.query("SELECT m.*, round(c.scored_pct, 1) AS benutil_scored_pct, "
+                    "round(c.safety_scored_pct, 1) AS safety_scored_pct "
+                    "FROM model_summary m LEFT JOIN target_coverage c USING (target) "
+                    "ORDER BY m.target")
+
+
 def console(wh) -> tuple[str, list[dict]]:
     """The model summary ``carryon run`` prints after the report."""
-    from tasks.benchmarks.carryon.report.writer import summary_rows
-
     return ("model summary (utilities in %, harm 1-5; *_scored_pct: the share of judgments "
             "scored, the rest unscored and left out)", summary_rows(wh))
 
@@ -67,11 +77,13 @@ def check(spec) -> None:
                          f"verdicts: the spec needs benutil and safety; got {spec.judges}")
 
 
+# writes: the table it refreshes with every report (Table 2's intervals, for SQL): an output
+# of the report, never one of its inputs (tasks/engine/stage_memo.py).
 @section("paper", title="CarryOnBench report", layout=True, compare=("paper",), console=console,
-         check=check, calibration=calibration_cells)
+         check=check, calibration=calibration_cells, writes=("table2_ci",))
 def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
-    from tasks.benchmarks.carryon.report.writer import build, summary_rows
+    from tasks.benchmarks.carryon.report.writer import build
 
     rep, browser = build(cfg, run_id, warehouse=wh)
     table = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]

@@ -12,6 +12,7 @@ import pandas as pd
 from tasks.bench import load_spec
 from tasks.benchmarks.carryon.conditions import BENCHMARK, CarryOnConditions, carryon_conditions
 from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
+from tasks.report.folder import checkpoint
 from tasks.roles import report_roles
 from warehouse import Warehouse
 
@@ -190,6 +191,7 @@ _EXTRA_LOADERS = {"construction": _load_construction, "fidelity": _load_fidelity
 def _guarded_load(name: str, fn, wh, run_id) -> dict:
     """One section's data; a section that cannot read the warehouse (a bug, an odd old file)
     becomes that section's "Not computed" note in the writer, never a lost report."""
+    checkpoint()  # a Ctrl-C ends the report here (tasks/report/folder.py)
     try:
         return fn(wh, run_id)
     except Exception as e:  # noqa: BLE001

@@ -23,7 +23,7 @@ from tasks.benchmarks.carryon.report.data import ReportData, browser_data, load
 from tasks.benchmarks.carryon.report.figure_cache import draw_once
 from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 from tasks.benchmarks.carryon.report.stats_cache import stats_once
-from tasks.report.folder import atomic_folder
+from tasks.report.folder import atomic_folder, checkpoint
 from warehouse import Warehouse
 
 
@@ -50,6 +50,7 @@ def _guarded(fn, *specs: tuple[str, str]) -> list[an.Stat]:
     """Run one analysis; ``specs`` = the (key, title) of each Stat it returns. An analysis
     that raises on data nobody foresaw gives a visible "Not computed" note for each of its
     Stats (and a logged traceback) instead of losing the whole report."""
+    checkpoint()  # a Ctrl-C ends the report here (outside the try: it is no failed analysis)
     try:
         out = fn()
     except Exception as e:  # noqa: BLE001 - a bug in one statistic must not cost the report
@@ -233,6 +234,7 @@ def _figures(data: ReportData, stats: list[an.Stat], folder: Path,
     }
     out = []
     for name, caption in FIGURES:
+        checkpoint()
         path = folder / name
         inputs, drawing = draw[name]
         try:
@@ -291,16 +293,6 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
     rep.figures = [(t, p if isinstance(p, NotDrawn) else final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
-
-
-def summary_rows(wh: Warehouse) -> list[dict]:
-    """model_summary rows (for console printing and the Prefect table artifact), each with the
-    share of its judgments that were scored beside the numbers resting on them: a utility
-    computed from a few scored judgments must not read like one computed from all."""
-    return wh.query("SELECT m.*, round(c.scored_pct, 1) AS benutil_scored_pct, "
-                    "round(c.safety_scored_pct, 1) AS safety_scored_pct "
-                    "FROM model_summary m LEFT JOIN target_coverage c USING (target) "
-                    "ORDER BY m.target")
 
 
 def _condition_rule(names) -> list[str]:
