@@ -24,6 +24,8 @@ from tasks.stages.checklists.roles import resolve_roles
 from tasks.stages.checklists.stats import stage_stats
 
 BATCH_ITEMS = 8
+# Batches at once: the stage's held state is set by this, not by the number of items.
+BATCHES_IN_FLIGHT = 8
 
 
 @task(name="checklist-batch", cache_policy=NO_CACHE)
@@ -45,7 +47,7 @@ async def checklists_flow(run_id: str) -> dict:
     batches = [work[i:i + BATCH_ITEMS] for i in range(0, len(work), BATCH_ITEMS)]
     results = await run_batches(ctx, Progress("checklists", len(work), unit="items"),
                                 batches, lambda b: checklist_batch(run_id, b),
-                                count=lambda _, result: len(result))
+                                count=lambda _, result: len(result), in_flight=BATCHES_IN_FLIGHT)
     summaries = [s for result in results for s in result]
     stats = stage_stats(summaries)
     if len(items) > len(work):

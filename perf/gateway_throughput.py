@@ -38,7 +38,7 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "tests.support.llm_server", "--port", "0",
                              "--port-file", str(port_file)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
+    for _ in range(1200):  # a minute: a loaded 2-core machine imports slowly
         if port_file.exists() and port_file.read_text():
             return proc, f"http://127.0.0.1:{port_file.read_text()}"
         time.sleep(0.05)

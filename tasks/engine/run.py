@@ -64,13 +64,36 @@ class RunContext:
         return self._gateway
 
     def flush_calls(self) -> int:
-        """Write the gateway's provenance rows to ``llm_calls`` (bulk, idempotent)."""
+        """Write the gateway's provenance rows to ``llm_calls`` (bulk, idempotent), each merged
+        into the row this run already stored for its call hash (the gateway holds only the
+        rows since its last drain)."""
         if self._gateway is None:
             return 0
         rows = self._gateway.drain_records()
         if rows:
+            rows = merged_calls(self.warehouse, self.run_id, rows)
+        if rows:
             self.warehouse.write("llm_calls", rows)
         return len(rows)
+
+
+def merged_calls(wh: Warehouse, run_id: str, rows: list[dict]) -> list[dict]:
+    """Drained provenance rows merged into the ones this run stored for the same call hashes
+    (tasks/gateway/client.py ``merge_call_rows``): what to write; a row that adds nothing (a
+    hit after the stored real request) is left out."""
+    from tasks.gateway.client import merge_call_rows
+
+    stored = {r["call_hash"]: r for r in wh.query(
+        "SELECT * FROM llm_calls WHERE run_id = ? AND call_hash IN (SELECT unnest(?::VARCHAR[]))",
+        [run_id, [r["call_hash"] for r in rows]])}
+    if not stored:
+        return rows
+    out = []
+    for r in rows:
+        m = merge_call_rows(stored.get(r["call_hash"]), r)
+        if m is not None:
+            out.append({**m, "latency_s": round(m["latency_s"], 4)})
+    return out
 
 
 # Live contexts by run id: Prefect subflows receive the run id (a plain string parameter),

@@ -65,6 +65,28 @@ REMEMBERED_NOTE = ("remembered from an earlier run: the same deterministic reque
                    "`carryon run --retry-failed` sends it again")
 
 
+# Numbers a provenance row adds up over the real requests of one call hash.
+SUMMED = ("attempts", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s",
+          "reasoning_tokens", "cached_tokens")
+
+
+def merge_call_rows(prev: dict | None, now: dict) -> dict | None:
+    """The provenance row of a call hash met again in one run: ``prev`` its row so far (None:
+    the first time), ``now`` the new call's. A cache hit after a real request adds nothing
+    (None: ``prev`` stands); a real request after a real one (the earlier failed) adds up
+    their attempts, tokens, cost and latency; otherwise the new row replaces the old. The
+    gateway applies it to the rows it holds, the run's writer to a drained row and the stored
+    one (the rule is associative, so both give the row one pass over the calls would)."""
+    if prev is None:
+        return now
+    if now["cache_hit"] and not prev["cache_hit"]:
+        return None
+    if not now["cache_hit"] and not prev["cache_hit"]:
+        return {**now, **{k: (prev[k] or 0) + now[k] for k in SUMMED},
+                "batch_id": now["batch_id"] or prev["batch_id"]}
+    return now
+
+
 class Gateway:
     """Cached, limited, retrying access to every model. Create one per run, on the run's
     event loop; call ``drain_records()`` to collect provenance rows for the warehouse."""
@@ -94,9 +116,12 @@ class Gateway:
         self._pools: dict[int, WorkerPool] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
         # Provenance: one row per call hash per run. A hash met again in the same run (a cache
-        # hit after a real request, or a retry after a failure) merges into its row, so a
-        # later hit never erases the attempts, tokens and cost of the real request.
-        self._seen: dict[str, dict] = {}  # hash -> the row's cache_hit, batch_id and _SUMMED
+        # hit after a real request, or a retry after a failure) merges into its row
+        # (``merge_call_rows``), so a later hit never erases the attempts, tokens and cost of
+        # the real request. Only the rows not yet drained are held here: a hash met again
+        # after a drain gives a new row, which the run's writer merges into the stored one
+        # (tasks/engine/run.py ``RunContext.flush_calls``), so memory is set by what one drain
+        # holds, not by the run's calls.
         self._pending: dict[str, dict] = {}  # rows not yet drained to the warehouse
         self.stats: dict[str, _Stats] = {}
         # Servers that stopped answering (several calls in a row could not connect).
@@ -151,8 +176,10 @@ class Gateway:
         return line
 
     def drain_records(self) -> list[dict]:
-        """Provenance rows collected since the last drain (one per call hash per run)."""
-        out = list(self._pending.values())
+        """Provenance rows collected since the last drain (one per call hash; a hash met again
+        after an earlier drain has a row again, to merge into the stored one with
+        ``merge_call_rows``)."""
+        out = [{**r, "latency_s": round(r["latency_s"], 4)} for r in self._pending.values()]
         self._pending = {}
         return out
 
@@ -225,28 +252,16 @@ class Gateway:
                 await lim.shared.close()
                 lim.shared = None
 
-    # Numbers a provenance row adds up over the real requests of one call hash.
-    _SUMMED = ("attempts", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s",
-               "reasoning_tokens", "cached_tokens")
-
     def _record(self, role: str, spec: ModelSpec, r: CallResult) -> None:
         if r.batch_id and not r.cached and self.budget is not None:
             self.budget.settle(0.0, r.cost_usd)  # a batch line's bill (live ones: _request)
-        prev = self._seen.get(r.call_hash)
-        now = {"cache_hit": r.cached, "batch_id": r.batch_id, **{k: getattr(r, k) for k in self._SUMMED}}
-        if prev is not None:
-            if r.cached and not prev["cache_hit"]:
-                return  # already recorded with its real request; a hit adds nothing
-            if not r.cached:  # a new real request for this hash (the earlier one failed or hit)
-                if not prev["cache_hit"]:
-                    now = {**now, **{k: prev[k] + now[k] for k in self._SUMMED},
-                           "batch_id": r.batch_id or prev["batch_id"]}
-        self._seen[r.call_hash] = now
-        self._pending[r.call_hash] = {
+        row = merge_call_rows(self._pending.get(r.call_hash), {
             "run_id": self.run_id, "call_hash": r.call_hash, "role": role, "model": spec.model,
-            **now, "latency_s": round(now["latency_s"], 4),
+            "cache_hit": r.cached, "batch_id": r.batch_id, **{k: getattr(r, k) for k in SUMMED},
             "error": f"{r.error_kind}: {r.error}" if r.error else None,
-        }
+        })
+        if row is not None:
+            self._pending[r.call_hash] = row
 
     def _hit(self, key, role, spec, messages, prompt, schema) -> CallResult | None:
         """The cached answer of ``key`` as a result (recorded), or None: a miss, an entry whose

@@ -182,3 +182,25 @@ def test_a_merge_refuses_a_source_an_older_version_wrote_until_it_is_opened(tmp_
     assert n > 0
     merge_warehouses(tmp_path / "m.duckdb", [shard])
     assert Warehouse(tmp_path / "m.duckdb").count("conversations") == n
+
+
+def test_the_duckdb_instance_is_renewed_after_an_operation_that_grew_the_process(wh, monkeypatch):
+    """What DuckDB's instance keeps after a heavy query does not add up over a run: the next
+    operation gets a new instance (the rows are in the file, so every read is the same)."""
+    from warehouse import store
+
+    resident = iter([100.0, 101.0, 101.0, 101.0 + store._RENEW_AFTER_MB + 1] * 3)
+    monkeypatch.setattr(store, "_resident_mb", lambda: next(resident))
+    wh.write("episodes", [ep("e1")])  # grew 1 MB: the instance is kept
+    first = wh._base
+    assert first is not None
+    assert wh.query("SELECT episode_id FROM episodes") == [{"episode_id": "e1"}]  # grew more
+    assert wh._base is None  # renewed
+    assert wh.query("SELECT episode_id FROM episodes") == [{"episode_id": "e1"}]
+    assert wh._base is not None and wh._base is not first
+    # Without /proc, every _RENEW_EVERY operations.
+    monkeypatch.setattr(store, "_resident_mb", lambda: None)
+    wh._uses = store._RENEW_EVERY - 1
+    kept = wh._base
+    wh.query("SELECT 1 AS one")
+    assert wh._base is None and kept is not None

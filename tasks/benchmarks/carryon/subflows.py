@@ -25,6 +25,9 @@ from tasks.engine.stage import run_batches
 from tasks.engine.stage_errors import StageFailed, all_failed, causes, every, is_transport_error
 
 BATCH_QUERIES = 8
+# Batches at once (8 x 8 calls: the default limit of 64 in flight): the stage's held state is
+# set by this, not by the number of queries.
+BATCHES_IN_FLIGHT = 8
 
 
 @task(name="intent-batch", cache_policy=NO_CACHE)
@@ -41,7 +44,8 @@ async def intents_flow(run_id: str) -> dict:
     ctx.config.role_spec("intent_rewriter")  # ConfigError here: nothing written yet
     batches = [queries[i:i + BATCH_QUERIES] for i in range(0, len(queries), BATCH_QUERIES)]
     results = await run_batches(ctx, Progress("intents", len(queries), unit="queries"),
-                                batches, lambda b: intent_batch(run_id, b))
+                                batches, lambda b: intent_batch(run_id, b),
+                                in_flight=BATCHES_IN_FLIGHT)
     done = [r for result in results for r in result]
     failed = [r for r in done if r["error"]]
     stats = {"queries": len(done), "intents": len(done) - len(failed),
