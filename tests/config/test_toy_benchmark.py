@@ -125,8 +125,9 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     r = invoke("run", "--config", str(path))
     assert r.exit_code == 0, r.output
     assert llm_server.counts["total"] == before  # a rerun sends nothing
-    # Both engine stages kept memos: the rerun skips them (tasks/engine/stage_memo.py).
-    assert r.output.count('"unchanged_since"') == 2, r.output
+    # Both engine stages and the report kept memos: the rerun skips them and keeps the report
+    # (tasks/engine/stage_memo.py); the toy's own stage keeps none and runs again.
+    assert r.output.count('"unchanged_since"') == 3, r.output
 
     # The benchmark's own files are outside the project's source: editing one replays the
     # stages (from the cache) instead of skipping them.
@@ -138,7 +139,7 @@ def test_plan_run_and_report(prefect_harness, llm_server, tmp_path):
     cfg = yaml.safe_load(path.read_text())
     cfg["benchmark"] = str(folder / "spec.yaml")
     path.write_text(yaml.safe_dump(cfg))
-    for edit, skips in ((False, 0), (False, 2), (True, 0)):  # a new config, unchanged, edited
+    for edit, skips in ((False, 0), (False, 3), (True, 0)):  # a new config, unchanged, edited
         if edit:
             (folder / "components.py").write_text((folder / "components.py").read_text()
                                                   + "\n# edited\n")

@@ -136,11 +136,11 @@ def test_plan_run_report_with_its_own_templates(prefect_harness, llm_server, tmp
     [row] = Warehouse(tmp_path / "bare" / "warehouse.duckdb").query("SELECT * FROM pb_scores")
     assert row["helpfulness"] == 1.0
 
-    # Its templates are part of the benchmark's code: unchanged, a rerun skips its stages;
-    # an edited one (a comment: the same prompts, a new template version) replays them, from
-    # the cache.
+    # Its templates are part of the benchmark's code: unchanged, a rerun skips its stages and
+    # keeps the report; an edited one (a comment: the same prompts, a new template version)
+    # replays them, from the cache.
     sent = llm_server.counts["total"]
-    for edit, skips in ((False, 2), (True, 0)):
+    for edit, skips in ((False, 3), (True, 0)):
         if edit:
             grade = folder / "prompts" / "grade.j2"
             grade.write_text(grade.read_text() + "{# edited #}\n")
