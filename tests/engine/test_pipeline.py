@@ -45,7 +45,10 @@ def test_rerun_sends_nothing_and_reproduces_every_number(prefect_harness, llm_se
     assert runs[1]["requests"] == 0 and runs[1]["cache_hits"] == 0
     assert all(second["stages"][s]["unchanged_since"] == first["run_id"]
                for s in ("checklists", "episodes", "verdicts"))
-    assert (tmp_path / "home" / "reports" / second["run_id"] / "report.html").exists()
+    # Its report's inputs are unchanged too: the first run's report is kept, not rewritten.
+    assert second["stages"]["report"]["unchanged_since"] == first["run_id"]
+    assert (tmp_path / "home" / "reports" / first["run_id"] / "report.html").exists()
+    assert not (tmp_path / "home" / "reports" / second["run_id"]).exists()
 
 
 def test_editing_one_template_reissues_exactly_its_calls(prefect_harness, llm_server, write_config,
