@@ -255,8 +255,10 @@ def test_sigkill_leaves_no_orphan_and_the_next_run_marks_it_interrupted(llm_proc
 
 @pytest.mark.e2e
 def test_completed_run_leaves_no_orphan(llm_process, tmp_path):
-    """Twice: the first run sends its calls through the gateway workers it started as it
-    began; the second finds the stage unchanged, skips it and stops those workers unused."""
+    """Twice: the first run sends its calls through the gateway workers and the temporary
+    Prefect server it started as it began, and leaves neither behind; the second finds every
+    stage unchanged and answers without starting either (tasks/engine/run.py
+    ``finish_if_unchanged``)."""
     api_base, _, _ = llm_process
     config = _config(tmp_path, api_base)
     for n, skipped in ((1, False), (2, True)):
@@ -267,11 +269,16 @@ def test_completed_run_leaves_no_orphan(llm_process, tmp_path):
             _watch(proc, seen, lambda: proc.poll() is not None, log, may_exit=True)
             out = log.read_text()
             assert proc.returncode == 0, out[-3000:]
-            assert len(_servers(seen)) == 1, f"expected our temporary Prefect server among {seen}"
-            assert any("tasks.gateway.worker" in cmd for _, cmd, _ in seen.values()), seen
+            workers = [cmd for _, cmd, _ in seen.values() if "tasks.gateway.worker" in cmd]
+            if skipped:
+                assert not _servers(seen) and not workers, seen
+            else:
+                assert len(_servers(seen)) == 1, f"expected our temporary Prefect server among {seen}"
+                assert workers, seen
             assert wait_gone(seen, timeout=2.0) == {}
             assert ("inputs unchanged since run" in out) == skipped, out[-3000:]
-            assert 'stage seconds: {"checklists": ' in out, out[-3000:]
+            if not skipped:  # (a run that ran no stage prints no stage seconds)
+                assert 'stage seconds: {"intents": ' in out and '"checklists": ' in out, out[-3000:]
         finally:
             _cleanup(proc, seen)
     wh = Warehouse(tmp_path / "home" / "warehouse.duckdb")
