@@ -26,6 +26,8 @@ not seen.
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 from pathlib import Path
 
@@ -238,6 +240,7 @@ def test_the_gateway_imports_nothing_above_it():
                         "entries from tasks.model_entry):\n" + "\n".join(upward))
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_the_gateway_rule_fails_on_an_arrow_up(tmp_path):
     """The check above is not vacuous: a made-up gateway module that names the config in an
     annotation only and the engine inside a function, then a gateway module that reaches the

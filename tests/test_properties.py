@@ -3,6 +3,8 @@ named error — never an uncaught traceback."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import yaml
@@ -43,6 +45,7 @@ configs = st.one_of(
 
 @SETTINGS
 @given(doc=configs)
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_any_config_loads_or_names_its_problem(tmp_path, doc):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -307,6 +307,7 @@ outputs = st.one_of(
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(b_out=outputs, s_out=outputs)
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_any_judge_output_is_a_verdict_or_unscored_with_reason(judge_env, b_out, s_out):
     from tasks.gateway import Gateway
     from tasks.judges.prompts import MAX_EVIDENCE_CHARS, BenUtilVerdict, SafetyVerdict

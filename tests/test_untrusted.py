@@ -141,6 +141,7 @@ def _report_with_long_turn(cfg, text: str):
     return folder / "report.html", time.perf_counter() - t0
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_report_with_a_megabyte_line_folds_it(write_config):
     from tasks.config import load_config
 

@@ -108,6 +108,7 @@ _CONFIG = yaml.safe_dump({"home": "HOME", "seed": 3, "dataset": {"source": "samp
 
 @SETTINGS
 @given(raw=_mutations(_CONFIG))
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_fuzz_config_bytes_exit_0_or_one_line_2(tmp_path, raw):
     raw = raw.replace(b"HOME", str(tmp_path / "home").encode())
     code, out = _invoke("data", "--config", _config(tmp_path, raw))
@@ -120,6 +121,7 @@ _DATASET = json.dumps(published_shape_rows()[:6]).encode()
 
 @SETTINGS
 @given(raw=_mutations(_DATASET))
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_fuzz_dataset_bytes_exit_0_or_one_line_2(tmp_path, raw):
     data = tmp_path / "cb.json"
     data.write_bytes(raw)

@@ -406,6 +406,7 @@ def test_the_report_states_the_mode_and_its_calibration(home, llm_server, write_
     assert "Not calibrated" not in st.note
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_the_written_report_holds_the_statement(home, llm_server):
     # `carryon report` of the calibrated home: the statement is a table of the report, with
     # the mode and the calibration's numbers beside the set in use.

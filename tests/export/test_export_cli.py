@@ -3,6 +3,8 @@ refusal as one ``error:`` line with exit 2."""
 
 from __future__ import annotations
 
+import pytest
+
 import yaml
 from typer.testing import CliRunner
 
@@ -27,6 +29,7 @@ def _config(tmp_path, status="succeeded", source="sample"):
     return path
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_export_and_import_commands(tmp_path):
     cfg = _config(tmp_path)
     r = runner.invoke(app, ["export", "--config", str(cfg), "--out", str(tmp_path / "out")])

@@ -26,6 +26,7 @@ def views_of(wh, spec) -> dict:
     return out
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_import_gives_a_home_whose_views_equal_the_original(tmp_path):
     spec = load_spec("opensafeintent")
     wh = export_home.build(tmp_path / "w.duckdb")

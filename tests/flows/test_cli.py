@@ -3,6 +3,8 @@ nothing half-written."""
 
 from __future__ import annotations
 
+import pytest
+
 import datetime as dt
 
 import yaml
@@ -112,6 +114,7 @@ def test_sql_is_read_only_unless_write(tmp_path):
     assert r.exit_code == 0 and wh.count("runs") == 0
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_sql_on_a_warehouse_another_process_holds_names_it(tmp_path):
     import subprocess
     import sys

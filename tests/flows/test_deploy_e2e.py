@@ -59,6 +59,7 @@ def _shard(path: Path, run_id: str, qids: list[str], shared_text="q") -> Path:
     return path
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_merge_upserts_every_row_once(tmp_path):
     a = _shard(tmp_path / "a" / "warehouse.duckdb", "run-a", ["01", "02"])
     b = _shard(tmp_path / "b" / "warehouse.duckdb", "run-b", ["02", "03"], shared_text="q2")
@@ -77,6 +78,7 @@ def test_merge_upserts_every_row_once(tmp_path):
     assert Warehouse(a).count("queries") == 2
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_merge_home_folders_and_cli(tmp_path):
     _shard(tmp_path / "s0" / "warehouse.duckdb", "r0", ["0a"])
     _shard(tmp_path / "s1" / "warehouse.duckdb", "r1", ["0b"])

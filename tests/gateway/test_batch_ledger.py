@@ -105,6 +105,7 @@ def test_a_results_download_that_redirects_is_followed_without_the_key(llm_serve
 
 
 @every
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_create_that_times_out_after_it_was_accepted_is_found_not_paid_again(
         llm_server, home, provider):
     gw, got, clean = faulty_run(llm_server, home, provider,
@@ -141,6 +142,7 @@ def test_a_process_killed_with_its_create_out_looks_the_batch_up_on_the_rerun(ll
 
 
 @every
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_create_refused_for_a_queue_limit_waits_and_is_submitted_again(llm_server, home,
                                                                         provider):
     gw, got, clean = faulty_run(llm_server, home, provider, {"queue_full": 2})

@@ -242,6 +242,7 @@ def test_a_call_whose_headers_cannot_travel_in_a_batch_goes_live_and_the_route_s
     assert not [n for n in batch_notes({"benutil_judge": [spec]}) if "cannot travel" in n]
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_building_lines_reaches_no_network_for_the_anthropic_beta_map():
     # litellm fetches its Anthropic beta-header map from the network unless told not to; the
     # gateway tells it (transport.py), as it does for the price map. A fresh process without

@@ -245,6 +245,7 @@ def test_auto_shares_limits_only_with_a_long_lived_prefect_server(monkeypatch):
     assert not shared_limits_enabled("auto", shards=2)
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_gateway_falls_back_to_its_own_limits_when_prefect_is_down(tmp_path, caplog):
     # shared_limits on, but the Prefect API is dead: every call still answers, within this
     # process's own limit, and the gateway says once why the budget is not shared.

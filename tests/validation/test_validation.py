@@ -324,6 +324,7 @@ def test_workflow_end_to_end(wh_cfg, tmp_path):
     assert json.loads(out)["naturalness-1"]["results"]["n_turns_incomplete"] > 0
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_import_errors_name_file_annotator_and_field(wh_cfg, tmp_path):
     wh, cfg = wh_cfg
     draw_sample(wh, "safety", seed=0, per_score=2)

@@ -126,6 +126,7 @@ def test_every_warehouse_holds_the_tables_components_bring(tmp_path):
     assert json.loads(json.dumps(Warehouse.columns("queries")))[:2] == ["query_id", "source"]
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_command_starts_without_sqlalchemy():
     """The CLI and the flow import without sqlalchemy/sqlmodel (about 0.5 s of every start):
     the warehouse reads its shipped schema and the run writes by table name."""
@@ -141,6 +142,7 @@ def test_a_command_starts_without_sqlalchemy():
     assert out.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_merge_keeps_the_benchmarks_views_of_its_sources(tmp_path):
     # A benchmark's own views reach a warehouse through the process that loaded its spec;
     # a merge made by a process that never did still has them, copied from the sources.

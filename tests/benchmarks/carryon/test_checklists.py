@@ -146,6 +146,7 @@ def run_stage(path, limit=None):
     return ctx, summaries
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_pipeline_builds_checklists_and_rerun_is_free(write_config, llm_server):
     path = write_config()
     ctx, summaries = run_stage(path)
@@ -235,6 +236,7 @@ def test_wildguard_text_mode_sends_exact_format(write_config, llm_server):
     assert ctx.warehouse.count("checklists") == 0 and ctx.warehouse.count("checklist_items") > 0
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_failed_ensemble_model_is_recorded_not_content(write_config, llm_server):
     def ensemble(body):
         if body["model"] == "test-ens-2":
@@ -436,6 +438,7 @@ def _merged(n):
                                   "source_answers": ["ens-1"]} for i in range(1, n + 1)]})
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_merged_list_is_capped_at_max_items_and_the_cap_is_recorded(write_config, llm_server):
     llm_server.scripts["merger"] = lambda body: _merged(30)
     ctx, summaries = run_stage(write_config(), limit=1)
@@ -483,6 +486,7 @@ def test_a_cut_off_merge_is_its_own_drop_reason(write_config, llm_server):
     assert cq["step"] == "merge" and "truncated" in cq["reason"]
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_cut_off_ensemble_answer_is_recorded_and_not_used(write_config, llm_server):
     from tasks.gateway.client import CallResult
     from tests.support.llm_server import answer, default_answer

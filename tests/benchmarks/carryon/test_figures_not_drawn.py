@@ -175,6 +175,7 @@ def test_report_with_nothing_scored_says_why_instead_of_drawing(write_config, mo
     assert (again / "report.md").read_text() == md
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_crashing_figure_is_a_sentence_and_a_problem(write_config, monkeypatch):
     from tasks.benchmarks.carryon.report import figures, writer
 

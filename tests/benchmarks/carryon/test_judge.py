@@ -359,6 +359,7 @@ def test_verdicts_flow_end_to_end(make_ctx, llm_server, write_config, prefect_ha
     assert wh.count("item_judgments") == 12
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_failed_calls_are_retried_and_changed_inputs_rejudged(make_ctx, llm_server):
     ctx = _judged_with_failing_safety(make_ctx, llm_server)
     # A failed call is not cached: the rerun asks again, and only for it.

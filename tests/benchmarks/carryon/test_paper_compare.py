@@ -325,6 +325,7 @@ def _md_rows(section: str, title: str) -> list[dict]:
     return [dict(zip(table[0], r, strict=True)) for r in table[2:]]
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_report_md_and_html_have_the_section(fixture_run):
     from tasks.benchmarks.carryon.report.writer import write_report
 
@@ -362,6 +363,7 @@ def test_report_md_and_html_have_the_section(fixture_run):
            "<td>40.00</td><td>37.60</td><td>-2.60</td><td>yes</td>" in html
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_carryon_report_compare_paper_prints_the_tables(fixture_run):
     from flows.cli import app
 
@@ -380,6 +382,7 @@ def test_carryon_report_compare_paper_prints_the_tables(fixture_run):
     assert bad.exit_code == 2 and "--compare: 'papers'" in bad.output
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_a_run_without_paper_names_says_why(tmp_path, write_config):
     from tasks.benchmarks.carryon.report.writer import write_report
 

@@ -59,6 +59,7 @@ def test_report_files_and_content(synthetic):
     assert "Smoke run" not in md
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_html_is_self_contained_and_escapes_model_text(synthetic):
     cfg, wh, run_id = synthetic
     out = write_report(cfg, run_id)
@@ -81,6 +82,7 @@ def test_html_is_self_contained_and_escapes_model_text(synthetic):
     assert data["items"][conv["query_id"]]["1"].startswith("Does it explain point 1")
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_too_few_targets_says_so(tmp_path, write_config):
     cfg = load_config(write_config())
     build_synthetic(cfg.home_path, n_targets=2, n_queries=4)
@@ -90,6 +92,7 @@ def test_too_few_targets_says_so(tmp_path, write_config):
     assert "too few queries (< 3)" in md  # 4 queries over 3 categories
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_smoke_banner_for_local_gemma(tmp_path, write_config):
     cfg = load_config(write_config())
     build_synthetic(cfg.home_path, n_targets=1, n_queries=2, model_prefix="openai/local-gemma-")
@@ -158,6 +161,7 @@ def _num(cell: str):
     return None if cell == "—" else float(cell)
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_report_model_summary_numbers_are_the_hand_computed_ones(tmp_path, write_config):
     from tests.support.views import build_cases
 

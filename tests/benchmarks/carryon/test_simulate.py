@@ -153,6 +153,7 @@ def test_clean_user_turn(raw, clean):
 
 
 # ----- full runs -------------------------------------------------------------------------------
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_conversations_turns_sharing_and_zero_request_rerun(cfg_path, llm_server):
     path = cfg_path()
     ctx = _ctx(path)
@@ -313,6 +314,7 @@ def test_failures_end_only_their_conversations(cfg_path, llm_server):
     assert statuses == {"completed", "target_error", "simulator_error", "context_exceeded"}
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_resume_reissues_only_unfinished_calls(cfg_path, llm_server):
     path = cfg_path(n_targets=1)
     # Run 1 is cut off midway (as a killed process would be).
@@ -531,6 +533,7 @@ def _checks_expected(moves: list[str]) -> list[tuple[str, int, bool | None]]:
     return out
 
 
+@pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_move_checker_resamples_and_flags(cfg_path, write_config, llm_server):
     _script_sim_and_checker(llm_server)
     path = _checker_cfg(cfg_path, write_config, llm_server)
