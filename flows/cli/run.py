@@ -204,13 +204,17 @@ def _quiet_tracebacks(kinds: tuple) -> None:
 def _print_summary(summary: dict, spec) -> None:
     typer.echo(f"run {summary['run_id']}: {summary['requests']} requests to model servers, "
                f"{summary['cache_hits']} cache hits")
+    from tasks.report.assemble import CONSOLE_KEY
+
     for stage, info in summary["stages"].items():
-        typer.echo(f"  {stage}: {json.dumps(info, default=str) if not isinstance(info, str) else info}")
+        if isinstance(info, dict):  # the headline rows are printed as the table below
+            info = json.dumps({k: v for k, v in info.items() if k != CONSOLE_KEY}, default=str)
+        typer.echo(f"  {stage}: {info}")
     if summary.get("seconds"):
         typer.echo(f"stage seconds: {json.dumps(summary['seconds'])}")
     home = Path(summary["home"])
-    report = (summary["stages"].get("report") or {}).get("report") if isinstance(
-        summary["stages"].get("report"), dict) else None
+    info = summary["stages"].get("report")
+    report = info.get("report") if isinstance(info, dict) else None
     if report:
         from tasks.report.assemble import console
 
@@ -218,7 +222,7 @@ def _print_summary(summary: dict, spec) -> None:
         if headline is not None:
             from warehouse import Warehouse
 
-            title, rows = headline(Warehouse(home / "warehouse.duckdb"))
+            title, rows = headline(Warehouse(home / "warehouse.duckdb"), info.get(CONSOLE_KEY))
             typer.echo(f"\n{title}:")
             _print_table(rows)
         typer.echo(f"report: {report}")

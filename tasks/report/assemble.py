@@ -63,9 +63,14 @@ def written_tables(spec) -> tuple[str, ...]:
                  for t in registry.lookup("section", name).meta.get("writes", ()))
 
 
+CONSOLE_KEY = "console"  # the report stage summary's headline rows (Written.console)
+
+
 def console(spec):
-    """The headline table ``carryon run`` prints after the report: ``fn(wh) -> (title, rows)``
-    of a section registered with ``console=`` (CarryOnBench's model summary), or None."""
+    """The headline table ``carryon run`` prints after the report: ``fn(wh, rows=None) ->
+    (title, rows)`` of a section registered with ``console=`` (CarryOnBench's model summary),
+    or None. ``rows``: the report's own (``Written.console``, carried in the report stage's
+    summary), so printing them reads no view again."""
     for name in spec.report:
         fn = registry.lookup("section", name).meta.get("console")
         if fn is not None:

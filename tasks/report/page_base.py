@@ -92,8 +92,46 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 
 
 
 def json_for_script(obj) -> str:
-    return (json.dumps(obj, ensure_ascii=True, allow_nan=False)
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+    return "".join(json_pieces(obj))
+
+
+class JsonArray:
+    """A JSON array written piece by piece (``json_pieces``): ``chunks()`` yields lists of its
+    elements, read when the page is written, so a page's data (thousands of conversations
+    with their turns) is never whole in memory. ``n`` is its length, known beforehand."""
+
+    def __init__(self, n: int, chunks):
+        self.n, self.chunks = n, chunks
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _escape_json(text: str) -> str:
+    # Per character, so pieces escape alike whole or split.
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def json_pieces(obj):
+    """``obj`` as script JSON in pieces, joined equal to ``json.dumps(obj)`` (its default
+    separators) escaped: a dict's ``JsonArray`` values are written a chunk at a time."""
+    if isinstance(obj, JsonArray):
+        yield "["
+        first = True
+        for chunk in obj.chunks():
+            for x in chunk:
+                yield ("" if first else ", ") + _escape_json(
+                    json.dumps(x, ensure_ascii=True, allow_nan=False))
+                first = False
+        yield "]"
+    elif isinstance(obj, dict) and any(isinstance(v, JsonArray) for v in obj.values()):
+        yield "{"
+        for i, (k, v) in enumerate(obj.items()):
+            yield ("" if i == 0 else ", ") + _escape_json(json.dumps(str(k), ensure_ascii=True)) + ": "
+            yield from json_pieces(v)
+        yield "}"
+    else:
+        yield _escape_json(json.dumps(obj, ensure_ascii=True, allow_nan=False))
 
 
 def md_inline(s: str) -> str:
@@ -111,13 +149,27 @@ def page(title: str, body: list[str], data: dict, script: str) -> str:
     """A whole page: ``body`` (markup), ``data`` as the script's JSON (id ``browser-data``)
     and ``script`` after the long-turn folding (tasks/untrusted.py) and the helpers every
     page's browser has (``HELPERS_JS``)."""
-    return "\n".join([
+    return "".join(page_pieces(title, body, data, script))
+
+
+def page_pieces(title: str, body: list[str], data: dict, script: str):
+    """``page`` in pieces, for writing a page whose data streams (``JsonArray``)."""
+    yield "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<link rel="icon" href="data:,">', f"<title>{escape(title)}</title>",
         f"<style>{CSS}{FOLD_CSS}</style></head><body>", *body,
-        f'<script type="application/json" id="browser-data">{json_for_script(data)}</script>',
-        f"<script>{FOLD_JS}{HELPERS_JS}{script}</script>", "</body></html>"])
+        '<script type="application/json" id="browser-data">'])
+    yield from json_pieces(data)
+    yield "\n".join(["</script>", f"<script>{FOLD_JS}{HELPERS_JS}{script}</script>",
+                     "</body></html>"])
+
+
+def write_page(path: Path, pieces) -> None:
+    """Write a page's pieces to ``path`` as they come (UTF-8)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for piece in pieces:
+            f.write(piece)
 
 
 _MD_RUN_LINE = re.compile(r"^- Run: `.*$", re.M)

@@ -82,6 +82,21 @@ def test_html_is_self_contained_and_escapes_model_text(synthetic):
     assert data["items"][conv["query_id"]]["1"].startswith("Does it explain point 1")
 
 
+def test_browser_written_a_chunk_at_a_time_is_the_whole(synthetic, monkeypatch):
+    """The conversation browser reads and writes its conversations in chunks (so a report
+    holds one chunk's text): the page is the same bytes whatever the chunk size."""
+    from tasks.benchmarks.carryon.report import data
+
+    cfg, wh, run_id = synthetic
+    pages = []
+    for size in (10**6, 1, 3):
+        monkeypatch.setattr(data, "BROWSER_CHUNK", size)
+        pages.append((write_report(cfg, run_id) / "report.html").read_bytes())
+    assert pages[0] == pages[1] == pages[2]
+    found = json.loads(re.search(rb'id="browser-data">(.*?)</script>', pages[0], re.S).group(1))
+    assert len(found["conversations"]) == wh.count("conversations") > 3
+
+
 @pytest.mark.slow  # one of the fast suite's slowest (kept under 5 min on 2 cores)
 def test_too_few_targets_says_so(tmp_path, write_config):
     cfg = load_config(write_config())

@@ -42,10 +42,11 @@ def summary_rows(wh) -> list[dict]:
                     "ORDER BY m.target")
 
 
-def console(wh) -> tuple[str, list[dict]]:
-    """The model summary ``carryon run`` prints after the report."""
+def console(wh, rows: list[dict] | None = None) -> tuple[str, list[dict]]:
+    """The model summary ``carryon run`` prints after the report: ``rows``, the ones the
+    report read when it was written (its stage's summary), or read now."""
     return ("model summary (utilities in %, harm 1-5; *_scored_pct: the share of judgments "
-            "scored, the rest unscored and left out)", summary_rows(wh))
+            "scored, the rest unscored and left out)", summary_rows(wh) if rows is None else rows)
 
 
 def calibration_cells(*args, **kwargs) -> list[dict]:
@@ -85,6 +86,10 @@ def paper(cfg, wh, run_id, compare=None) -> Written:
     # pandas, scipy, matplotlib: loaded now
     from tasks.benchmarks.carryon.report.writer import build
 
+    # First, while the report holds nothing: this read computes the whole chain of metric
+    # views again (~150 MB of DuckDB memory at 6,400 conversations), and after the report it
+    # would add to the report's frames and the process's peak.
+    console_rows = summary_rows(wh)
     rep, browser = build(cfg, run_id, warehouse=wh)
     table = [{k: _clean(v) for k, v in r.items()} for r in rep.data.summary.to_dict("records")]
     notes = []
@@ -92,7 +97,7 @@ def paper(cfg, wh, run_id, compare=None) -> Written:
         from tasks.benchmarks.carryon.report.markdown import paper_section
 
         notes = paper_section(rep.stats)
-    return Written(rep.folder, rep.markdown, table=table, console=summary_rows(wh),
+    return Written(rep.folder, rep.markdown, table=table, console=console_rows,
                    summary={"targets": len(table), "conversations": len(rep.data.conv),
                             "browser_conversations": len(browser["conversations"])},
                    notes=notes)

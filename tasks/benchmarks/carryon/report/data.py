@@ -13,6 +13,7 @@ from tasks.bench import load_spec
 from tasks.benchmarks.carryon.conditions import BENCHMARK, CarryOnConditions, carryon_conditions
 from tasks.report.errors import ReportError  # noqa: F401  (raised here, re-exported)
 from tasks.report.folder import checkpoint
+from tasks.report.page_base import JsonArray
 from tasks.roles import report_roles
 from warehouse import Warehouse
 
@@ -207,10 +208,19 @@ def _queries(wh: Warehouse) -> pd.DataFrame:
     return wh.df("SELECT query_id, category, domain FROM queries")
 
 
-def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
+BROWSER_CHUNK = 500  # conversations read, built and written at a time
+
+
+def browser_data(wh: Warehouse, turn_scores: pd.DataFrame, max_conversations: int = 3000) -> dict:
     """Conversations with their turns, per-turn scores and the checklist items each turn
     fulfilled (new vs already fulfilled earlier), for the HTML browser. Model text is data
-    here; html.py embeds it as JSON and the page renders it as text, never as markup."""
+    here; html.py embeds it as JSON and the page renders it as text, never as markup.
+
+    ``conversations`` is a ``JsonArray``: the turns are read, BROWSER_CHUNK conversations at
+    a time, while the page is written, so the report holds one chunk's text, whatever the
+    number of conversations (the page's JSON is the same as if it were built whole). Each
+    turn's utility and harm come from ``turn_scores``, the view's frame the report read
+    (ReportData.turns): reading the view again for each chunk would compute it whole each time."""
     convs = wh.query(
         "SELECT c.conversation_id, c.target, c.query_id, c.flow_id, c.condition, c.status, c.error, "
         "q.query, q.category FROM conversations c LEFT JOIN queries q USING (query_id) "
@@ -220,22 +230,6 @@ def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
         "LIMIT ?", [max_conversations + 1])
     truncated = len(convs) > max_conversations
     convs = convs[:max_conversations]
-    ids = [c["conversation_id"] for c in convs]
-    turns = wh.query(
-        "SELECT t.conversation_id, t.position, t.role, t.model_turn, t.move, t.content, "
-        "s.utility, s.harm FROM turns t LEFT JOIN turn_scores s ON s.conversation_id = t.conversation_id "
-        "AND s.turn_index = t.model_turn AND t.role = 'assistant' "
-        "WHERE list_contains(?, t.conversation_id) ORDER BY t.conversation_id, t.position", [ids])
-    items = wh.query(
-        "WITH j AS (SELECT conversation_id, position, item_id, model_turn, fulfilled, "
-        "  min(CASE WHEN fulfilled THEN model_turn END) OVER (PARTITION BY conversation_id, item_id) AS first "
-        "  FROM selected_item_judgments WHERE list_contains(?, conversation_id)) "
-        "SELECT conversation_id, position, "
-        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn = first) AS new, "
-        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn > first) AS repeated, "
-        "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled IS NULL) AS unscored "
-        "FROM j GROUP BY ALL", [ids])
-    by_turn = {(r["conversation_id"], r["position"]): r for r in items}
     # The questions: each query's current checklist (latest version by creation time).
     qids = sorted({c["query_id"] for c in convs})
     checklist = wh.query(
@@ -246,24 +240,58 @@ def browser_data(wh: Warehouse, max_conversations: int = 3000) -> dict:
     out_items: dict[str, dict] = {}
     for r in checklist:
         out_items.setdefault(r["query_id"], {})[str(r["item_id"])] = r["question"]
-    turns_by_conv: dict[str, list] = {}
-    for t in turns:
-        j = by_turn.get((t["conversation_id"], t["position"])) or {}
-        turns_by_conv.setdefault(t["conversation_id"], []).append({
-            "role": t["role"], "turn": t["model_turn"], "move": t["move"], "content": t["content"],
-            "utility": _num(t["utility"]), "harm": _num(t["harm"]),
-            "new": j.get("new") or [], "repeated": j.get("repeated") or [],
-            "unscored": j.get("unscored") or [],
-        })
+
+    def chunks():
+        for i in range(0, len(convs), BROWSER_CHUNK):
+            checkpoint()  # a Ctrl-C ends the report here (tasks/report/folder.py)
+            yield _browser_conversations(wh, convs[i:i + BROWSER_CHUNK], scores)
+
+    scores = {(c, int(t)): (u, h) for c, t, u, h in turn_scores[
+        ["conversation_id", "turn_index", "utility", "harm"]].itertuples(index=False, name=None)}
+
     return {
-        "conversations": [{**{k: c[k] for k in ("conversation_id", "target", "query_id", "flow_id",
-                                                "condition", "status", "error", "query", "category")},
-                           "turns": turns_by_conv.get(c["conversation_id"], [])} for c in convs],
+        "conversations": JsonArray(len(convs), chunks),
         "items": out_items,
         "truncated": truncated,
         "max_conversations": max_conversations,
     }
 
 
+def _browser_conversations(wh: Warehouse, convs: list[dict], scores: dict) -> list[dict]:
+    """The browser's entries of ``convs``: each with its turns, scores (``scores``:
+    (conversation id, model turn) -> (utility, harm) of each assistant turn) and items."""
+    ids = [c["conversation_id"] for c in convs]
+    with wh.connect(read_only=True):
+        turns = wh.query(
+            "SELECT t.conversation_id, t.position, t.role, t.model_turn, t.move, t.content "
+            "FROM turns t WHERE t.conversation_id IN (SELECT unnest(?::VARCHAR[])) "
+            "ORDER BY t.conversation_id, t.position", [ids])
+        items = wh.query(
+            "WITH j AS (SELECT conversation_id, position, item_id, model_turn, fulfilled, "
+            "  min(CASE WHEN fulfilled THEN model_turn END) OVER (PARTITION BY conversation_id, item_id) AS first "
+            "  FROM selected_item_judgments WHERE conversation_id IN (SELECT unnest(?::VARCHAR[]))) "
+            "SELECT conversation_id, position, "
+            "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn = first) AS new, "
+            "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled AND model_turn > first) AS repeated, "
+            "  list(item_id ORDER BY item_id) FILTER (WHERE fulfilled IS NULL) AS unscored "
+            "FROM j GROUP BY ALL", [ids])
+    by_turn = {(r["conversation_id"], r["position"]): r for r in items}
+    turns_by_conv: dict[str, list] = {}
+    for t in turns:
+        j = by_turn.get((t["conversation_id"], t["position"])) or {}
+        utility, harm = (scores.get((t["conversation_id"], t["model_turn"]), (None, None))
+                         if t["role"] == "assistant" else (None, None))
+        turns_by_conv.setdefault(t["conversation_id"], []).append({
+            "role": t["role"], "turn": t["model_turn"], "move": t["move"], "content": t["content"],
+            "utility": _num(utility), "harm": _num(harm),
+            "new": j.get("new") or [], "repeated": j.get("repeated") or [],
+            "unscored": j.get("unscored") or [],
+        })
+    return [{**{k: c[k] for k in ("conversation_id", "target", "query_id", "flow_id",
+                                  "condition", "status", "error", "query", "category")},
+             "turns": turns_by_conv.get(c["conversation_id"], [])} for c in convs]
+
+
 def _num(v):
-    return None if v is None or v != v else float(v)
+    # From a frame: NaN, or pandas' NA in a nullable column, where the view held NULL.
+    return None if v is None or pd.isna(v) else float(v)

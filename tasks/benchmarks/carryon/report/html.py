@@ -9,7 +9,7 @@ from html import escape
 from tasks.benchmarks.carryon.report.analyses import Stat
 from tasks.benchmarks.carryon.report.not_drawn import figure_html
 from tasks.benchmarks.carryon.report import paper_compare as pc
-from tasks.report.page_base import md_inline, page, run_status_item
+from tasks.report.page_base import md_inline, page_pieces, run_status_item
 from tasks.benchmarks.carryon.report.markdown import (
     SUMMARY_HEAD, analysis_stats, provenance_lines, rules_list, table2_frame, validation_lines,
 )
@@ -123,7 +123,8 @@ def _validation_html(lines: list[str]) -> list[str]:
     return out
 
 
-def render(rep, browser: dict) -> str:
+def render(rep, browser: dict):
+    """The page in pieces (page_base.page_pieces): its browser data streams (data.py)."""
     d = rep.data
     body = [f"<h1>CarryOnBench report — run {escape(str(d.run['run_id']))}</h1>"]
     if d.smoke:
@@ -153,4 +154,4 @@ def render(rep, browser: dict) -> str:
         body.append(f'<p class="note">Only the first {browser["max_conversations"]} conversations are '
                     "included in this page; query the warehouse for the rest.</p>")
     body.append('<div id="conv-meta"></div><div id="turns"></div></section>')
-    return page(f"CarryOnBench report {d.run['run_id']}", body, browser, JS)
+    return page_pieces(f"CarryOnBench report {d.run['run_id']}", body, browser, JS)

@@ -24,6 +24,7 @@ from tasks.benchmarks.carryon.report.figure_cache import draw_once
 from tasks.benchmarks.carryon.report.not_drawn import NotDrawn
 from tasks.benchmarks.carryon.report.stats_cache import stats_once
 from tasks.report.folder import atomic_folder, checkpoint
+from tasks.report.page_base import write_page
 from warehouse import Warehouse
 
 
@@ -288,8 +289,9 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
         rep.markdown = md_mod.render(rep)
         (tmp / "report.md").write_text(rep.markdown, encoding="utf-8")
         with wh.connect(read_only=True):
-            browser = browser_data(wh, max_conversations)
-        (tmp / "report.html").write_text(html_mod.render(rep, browser), encoding="utf-8")
+            browser = browser_data(wh, data.turns, max_conversations)
+        # The conversations are read a chunk at a time while the page is written (data.py).
+        write_page(tmp / "report.html", html_mod.render(rep, browser))
     rep.figures = [(t, p if isinstance(p, NotDrawn) else final / p.name) for t, p in rep.figures]
     rep.folder = final
     return rep, browser
