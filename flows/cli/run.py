@@ -207,9 +207,10 @@ def _print_summary(summary: dict, spec) -> None:
     from tasks.report.assemble import CONSOLE_KEY
 
     for stage, info in summary["stages"].items():
-        if isinstance(info, dict):  # the headline rows are printed as the table below
-            info = json.dumps({k: v for k, v in info.items() if k != CONSOLE_KEY}, default=str)
-        typer.echo(f"  {stage}: {info}")
+        # A stage's summary as JSON, less the headline rows (printed as the table below).
+        shown = (json.dumps({k: v for k, v in info.items() if k != CONSOLE_KEY}, default=str)
+                 if isinstance(info, dict) else info)
+        typer.echo(f"  {stage}: {shown}")
     if summary.get("seconds"):
         typer.echo(f"stage seconds: {json.dumps(summary['seconds'])}")
     home = Path(summary["home"])
