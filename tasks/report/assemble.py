@@ -127,9 +127,12 @@ def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -
         raise ReportError(f"--compare: {compare!r} is not a comparison of {cfg.spec.name}'s "
                           f"report (it has: {', '.join(compares(cfg.spec)) or 'none'})")
     lay = layout(cfg.spec)
-    if lay is not None:
-        return lay(cfg, wh, run_id, compare)
-    from tasks.report.episodes import write as write_sections
+    # On one DuckDB thread: the report's view reads are the largest allocation of a whole run,
+    # and grow with its judgments (Warehouse.one_thread).
+    with wh.one_thread():
+        if lay is not None:
+            return lay(cfg, wh, run_id, compare)
+        from tasks.report.episodes import write as write_sections
 
-    folder, markdown = write_sections(cfg, wh, run_id or find_run(wh, cfg))
-    return Written(folder, markdown)
+        folder, markdown = write_sections(cfg, wh, run_id or find_run(wh, cfg))
+        return Written(folder, markdown)

@@ -308,3 +308,36 @@ def test_target_coverage_beside_utility(wh, cases):
         ("D", 15, 15, 100.0, 0.0, 0.0, 100 / 3, 0.0, False, 5, 5, 100.0, 0),
     ]
     assert got == _approx([dict(zip(COVERAGE_COLS, e)) for e in expected])
+
+
+def test_browser_items_follow_the_selected_set(wh):
+    """The report's conversation browser reads each chunk's items from the query's selected
+    Ben-Util set (read once), not from the view over every judgment: the same items the
+    views count, and a user's choice of the older set moves them too."""
+    from tasks.benchmarks.carryon.report.data import browser_data
+
+    def items(conversation_id):
+        data = browser_data(wh, wh.df("SELECT * FROM turn_scores"))
+        conv = next(c for chunk in data["conversations"].chunks()
+                    for c in chunk if c["conversation_id"] == conversation_id)
+        return [(t["turn"], t["new"], t["repeated"], t["unscored"])
+                for t in conv["turns"] if t["role"] == "assistant"]
+
+    # bu-new, as test_turn_scores_every_column: t1 none; t2 items 1, 2 new, item 4 unscored;
+    # t3 item 3 new, item 1 again.
+    assert items("bA1") == [(1, [], [], []), (2, [1, 2], [], [4]), (3, [3], [1], [])]
+    # bu-old (chosen): every item fulfilled at every turn.
+    wh.write("judgment_set_choice", [{"kind": "benutil", "judgment_set_id": "bu-old"}])
+    assert items("bA1") == [(1, [1, 2, 3, 4], [], []), (2, [], [1, 2, 3, 4], []),
+                            (3, [], [1, 2, 3, 4], [])]
+
+
+def test_one_thread_while_inside(wh):
+    def threads():
+        return wh.query("SELECT current_setting('threads') AS n")[0]["n"]
+
+    default = threads()
+    with wh.one_thread():
+        assert threads() == 1
+        assert wh.query("SELECT count(*) AS n FROM model_summary")[0]["n"] == 2
+    assert threads() == default

@@ -268,8 +268,7 @@ def build(cfg: Config, run_id: str | None = None, *, warehouse: Warehouse | None
           rules: fm.FailureRules | None = None, max_conversations: int = 3000) -> tuple[Report, dict]:
     """write_report's work; also returns the Report (stats, markdown) and the browser data."""
     wh = warehouse or open_warehouse(cfg)
-    with wh.connect(read_only=True):  # one attachment for the ~90 reads (each alone ~8 ms)
-        data = load(wh, run_id or find_run(wh, cfg))
+    data = load(wh, run_id or find_run(wh, cfg))  # its reads grouped on attachments (data.py)
     rules = rules or fm.FailureRules()
     final = cfg.home_path / "reports" / str(data.run["run_id"])
     stats = stats_once(final.parent / ".stats", data, rules, lambda: analysis_stats(data, rules),
