@@ -91,7 +91,7 @@ class Warehouse:
         each DuckDB thread builds its own hash tables and window partitions over every
         judgment, so two threads held about twice the memory of one (192 against 119 MB for
         the model summary at 6,400 conversations) for ~0.1 s more: the report reads this
-        way, since its views set the peak of a whole run (tasks/report/assemble.py)."""
+        way (tasks/report/assemble.py), where these reads were its largest allocations."""
         with self._lock:
             before, self._threads = self._threads, 1
         try:

@@ -127,8 +127,8 @@ def write(cfg, wh=None, run_id: str | None = None, compare: str | None = None) -
         raise ReportError(f"--compare: {compare!r} is not a comparison of {cfg.spec.name}'s "
                           f"report (it has: {', '.join(compares(cfg.spec)) or 'none'})")
     lay = layout(cfg.spec)
-    # On one DuckDB thread: the report's view reads are the largest allocation of a whole run,
-    # and grow with its judgments (Warehouse.one_thread).
+    # On one DuckDB thread: the report's view reads grow with the run's judgments, and each
+    # DuckDB thread holds its own share of them (Warehouse.one_thread).
     with wh.one_thread():
         if lay is not None:
             return lay(cfg, wh, run_id, compare)
